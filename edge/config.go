@@ -1,0 +1,186 @@
+package edge
+
+import (
+	"time"
+)
+
+// Config is the edge's whole configuration: the YAML file of DESIGN.md §4 decodes
+// straight into it. Zero values mean "use the default"; ApplyDefaults resolves them in
+// one place and Validate reports every problem at once.
+type Config struct {
+	// Listen is the address for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3).
+	// If empty, ":8443" is used.
+	Listen string `yaml:"listen"`
+	// AltSvc is the Alt-Svc field value sent on HTTP/1.1 and HTTP/2 responses.
+	// If nil, `h3=":PORT"; ma=86400` derived from Listen is used; "" disables it.
+	AltSvc *string `yaml:"alt_svc"`
+	// ShutdownTimeout bounds how long in-flight requests may drain on SIGTERM.
+	// If zero, 10s is used.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Upstream is the origin's base URL (http or https). If empty, the built-in demo
+	// origin answers.
+	Upstream string `yaml:"upstream"`
+	// TrustedProxies lists CIDR prefixes (or single addresses) whose X-Forwarded-For and
+	// Forwarded fields are believed. If empty, no forwarded field is believed.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	TLS            TLSConfig    `yaml:"tls"`
+	Redis          *RedisConfig `yaml:"redis"`
+	Admin          AdminConfig  `yaml:"admin"`
+	IP             IPConfig     `yaml:"ip"`
+	Keys           *KeysConfig  `yaml:"keys"`
+	Policies       []Policy     `yaml:"policies"`
+	Abuse          AbuseConfig  `yaml:"abuse"`
+	// LegacyHeaders also sends X-RateLimit-Limit/-Remaining/-Reset.
+	LegacyHeaders bool `yaml:"legacy_headers"`
+	// LogFormat is "text" or "json". If empty, "text" is used.
+	LogFormat string `yaml:"log_format"`
+
+	// File is the path the configuration was loaded from ("" for built-in defaults).
+	File string `yaml:"-"`
+	// pos maps field paths such as "policies[0].quota" to their place in File, for
+	// error messages. Filled by the loader.
+	pos map[string]position `yaml:"-"`
+}
+
+// position is a place in the configuration file.
+type position struct{ line, col int }
+
+// TLSConfig selects the certificates.
+type TLSConfig struct {
+	// Certificates are PEM pairs chosen by SNI. If empty, a self-signed development
+	// certificate for localhost, 127.0.0.1 and ::1 is generated once and cached.
+	Certificates []CertPair `yaml:"certificates"`
+}
+
+// CertPair names one PEM certificate chain and its private key.
+type CertPair struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// RedisConfig selects the shared quota store. Exactly one of URL, Cluster and Sentinel
+// is set.
+type RedisConfig struct {
+	// URL is redis://[user:password@]host:port/db or rediss:// for TLS.
+	URL string `yaml:"url"`
+	// Cluster lists seed addresses of a Redis Cluster.
+	Cluster []string `yaml:"cluster"`
+	// Sentinel names the master and the sentinels' addresses.
+	Sentinel *SentinelConfig `yaml:"sentinel"`
+	// Username, Password and TLS apply to Cluster and Sentinel (URL carries its own).
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	TLS      bool   `yaml:"tls"`
+	// Timeout is the budget for one decision's round trip; past it on_store_failure
+	// applies. If zero, 10ms is used; at most 5s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// SentinelConfig names a Sentinel-managed master.
+type SentinelConfig struct {
+	Master string   `yaml:"master"`
+	Addrs  []string `yaml:"addrs"`
+}
+
+// AdminConfig places the admin API (metrics, health, API, dashboard).
+type AdminConfig struct {
+	// Listen is the admin address. If empty, 127.0.0.1:9090 is used; "off" disables it.
+	Listen string `yaml:"listen"`
+	// Token is the bearer token the admin API requires. Required when Listen is not a
+	// loopback address.
+	Token string `yaml:"token"`
+}
+
+// Rate is a token-bucket budget: Rate per second, up to Burst at once.
+type Rate struct {
+	Rate  float64 `yaml:"rate"`
+	Burst int     `yaml:"burst"`
+}
+
+// IPConfig holds the coarse per-source limits, always local to the edge.
+type IPConfig struct {
+	// Connections is the budget of new connections per second per source.
+	// If zero, {rate: 20, burst: 40} is used.
+	Connections Rate `yaml:"connections"`
+	// Streams is the budget of new request streams per second per source.
+	// If zero, {rate: 200, burst: 400} is used.
+	Streams Rate `yaml:"streams"`
+	// MaxConnections caps concurrent connections per source. If zero, 64 is used.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxStreamsPerConnection caps concurrent request streams per connection.
+	// If zero, 100 is used.
+	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
+	// RetryAbove is the rate of QUIC handshakes per second above which new sources
+	// must validate their address with a Retry. If zero, 1000 is used.
+	RetryAbove int `yaml:"retry_above"`
+	// MaxTracked bounds the per-source state. If zero, 1000000 is used.
+	MaxTracked int `yaml:"max_tracked"`
+	// IPv4Prefix and IPv6Prefix aggregate sources. If zero, 32 and 64 are used.
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+	IPv6Prefix int `yaml:"ipv6_prefix"`
+}
+
+// KeysConfig maps API keys to plans.
+type KeysConfig struct {
+	// File is a YAML map {key: plan}, reloaded when it changes.
+	File string `yaml:"file"`
+	// RedisHash is a Redis hash holding {key: plan}, instead of File.
+	RedisHash string `yaml:"redis_hash"`
+	// DefaultPlan is the plan of keys not in the map. If empty, "anonymous" is used.
+	DefaultPlan string `yaml:"default_plan"`
+	// Secret is the key-hash secret. If empty, one is generated once and cached.
+	Secret string `yaml:"secret"`
+}
+
+// Policy is one rate-limit rule of DESIGN.md §4.
+type Policy struct {
+	// Name is the item name in RateLimit-Policy and RateLimit. Required and unique.
+	Name  string `yaml:"name"`
+	Match Match  `yaml:"match"`
+	// Key lists where the client key comes from, first that yields a value:
+	// "header:NAME", "bearer", "query:NAME", "ip". If empty, [ip] is used.
+	Key []string `yaml:"key"`
+	// Algorithm is token_bucket, gcra, fixed_window, sliding_window, sliding_log,
+	// leaky_bucket or concurrency. If empty, token_bucket is used (concurrency when
+	// Unit is concurrent-requests).
+	Algorithm string `yaml:"algorithm"`
+	// Quota is the units per window (token_bucket: capacity). Required, > 0.
+	Quota int64 `yaml:"quota"`
+	// Window is the period, whole seconds. Required except for concurrency.
+	Window time.Duration `yaml:"window"`
+	// Unit is requests, content-bytes or concurrent-requests. If empty, requests.
+	Unit string `yaml:"unit"`
+	// Scope is global (Redis) or local. If empty: global when redis is configured,
+	// local otherwise.
+	Scope string `yaml:"scope"`
+	// OnStoreFailure is open, closed or local. If empty, open.
+	OnStoreFailure string `yaml:"on_store_failure"`
+	// Mode is enforce or shadow. If empty, enforce.
+	Mode string `yaml:"mode"`
+	// MaxDelay lets leaky_bucket delay a request up to this long instead of rejecting.
+	MaxDelay time.Duration `yaml:"max_delay"`
+	// Lease is how many units an edge may take at once for a hot key (global only).
+	Lease int64 `yaml:"lease"`
+}
+
+// Match selects the requests a policy applies to. Empty fields match everything.
+type Match struct {
+	PathPrefix string   `yaml:"path_prefix"`
+	Methods    []string `yaml:"methods"`
+	Host       string   `yaml:"host"`
+	Plan       string   `yaml:"plan"`
+}
+
+// AbuseConfig drives the penalty box.
+type AbuseConfig struct {
+	// Rejections within Within ban a source. If zero, 50 is used.
+	Rejections int `yaml:"rejections"`
+	// Within is the counting period. If zero, 10s is used.
+	Within time.Duration `yaml:"within"`
+	// Ban is the first ban's length, doubled on each repeat. If zero, 1m is used.
+	Ban time.Duration `yaml:"ban"`
+	// MaxBan caps the ban length. If zero, 1h is used.
+	MaxBan time.Duration `yaml:"max_ban"`
+	// Share publishes bans through Redis. If nil, true is used.
+	Share *bool `yaml:"share"`
+}
