@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"net/netip"
 	"time"
 )
 
@@ -8,28 +9,38 @@ import (
 // straight into it. Zero values mean "use the default"; ApplyDefaults resolves them in
 // one place and Validate reports every problem at once.
 type Config struct {
-	// Listen is the address for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3).
-	// If empty, ":8443" is used.
+	// Listen is the host:port for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3); port 0
+	// picks a free one. If empty, ":8443" is used.
 	Listen string `yaml:"listen"`
 	// AltSvc is the Alt-Svc field value sent on HTTP/1.1 and HTTP/2 responses.
-	// If nil, `h3=":PORT"; ma=86400` derived from Listen is used; "" disables it.
+	// If nil (absent, or written as "alt_svc:" with no value), `h3=":PORT"; ma=86400`
+	// derived from Listen is used; "" disables it. See AltSvcValue.
 	AltSvc *string `yaml:"alt_svc"`
 	// ShutdownTimeout bounds how long in-flight requests may drain on SIGTERM.
-	// If zero, 10s is used.
+	// If zero, 10s is used; at most 10m.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// Upstream is the origin's base URL (http or https). If empty, the built-in demo
 	// origin answers.
 	Upstream string `yaml:"upstream"`
 	// TrustedProxies lists CIDR prefixes (or single addresses) whose X-Forwarded-For and
 	// Forwarded fields are believed. If empty, no forwarded field is believed.
+	// See TrustedProxyPrefixes.
 	TrustedProxies []string `yaml:"trusted_proxies"`
-	TLS            TLSConfig    `yaml:"tls"`
-	Redis          *RedisConfig `yaml:"redis"`
-	Admin          AdminConfig  `yaml:"admin"`
-	IP             IPConfig     `yaml:"ip"`
-	Keys           *KeysConfig  `yaml:"keys"`
-	Policies       []Policy     `yaml:"policies"`
-	Abuse          AbuseConfig  `yaml:"abuse"`
+	// TLS selects the certificates.
+	TLS TLSConfig `yaml:"tls"`
+	// Redis is the shared quota store. If nil, all quota is local to this edge.
+	Redis *RedisConfig `yaml:"redis"`
+	// Admin places the admin API.
+	Admin AdminConfig `yaml:"admin"`
+	// IP holds the coarse per-source limits.
+	IP IPConfig `yaml:"ip"`
+	// Keys maps API keys to plans. ApplyDefaults makes it non-nil, so DefaultPlan is
+	// always set.
+	Keys *KeysConfig `yaml:"keys"`
+	// Policies are the rate-limit rules. If empty, only the limits of IP apply.
+	Policies []Policy `yaml:"policies"`
+	// Abuse drives the penalty box.
+	Abuse AbuseConfig `yaml:"abuse"`
 	// LegacyHeaders also sends X-RateLimit-Limit/-Remaining/-Reset.
 	LegacyHeaders bool `yaml:"legacy_headers"`
 	// LogFormat is "text" or "json". If empty, "text" is used.
@@ -40,6 +51,17 @@ type Config struct {
 	// pos maps field paths such as "policies[0].quota" to their place in File, for
 	// error messages. Filled by the loader.
 	pos map[string]position `yaml:"-"`
+	// parsed is the file's configuration with defaults applied, as Parse decoded it:
+	// a problem is placed in File only where the value still is the file's (a flag
+	// may have replaced it since).
+	parsed *Config `yaml:"-"`
+	// decodeErrs are Parse's problems (unknown keys, wrong types); Validate repeats them.
+	decodeErrs []FieldError `yaml:"-"`
+	// shadowed are paths whose Validate problems would only echo a decode problem:
+	// the paths of decode errors and of the keys suggested for misspelled ones.
+	shadowed map[string]bool `yaml:"-"`
+	// trusted is TrustedProxies parsed by ApplyDefaults.
+	trusted []netip.Prefix `yaml:"-"`
 }
 
 // position is a place in the configuration file.
@@ -54,8 +76,10 @@ type TLSConfig struct {
 
 // CertPair names one PEM certificate chain and its private key.
 type CertPair struct {
+	// Cert is the path of the PEM certificate chain. Required.
 	Cert string `yaml:"cert"`
-	Key  string `yaml:"key"`
+	// Key is the path of the PEM private key. Required.
+	Key string `yaml:"key"`
 }
 
 // RedisConfig selects the shared quota store. Exactly one of URL, Cluster and Sentinel
@@ -67,10 +91,12 @@ type RedisConfig struct {
 	Cluster []string `yaml:"cluster"`
 	// Sentinel names the master and the sentinels' addresses.
 	Sentinel *SentinelConfig `yaml:"sentinel"`
-	// Username, Password and TLS apply to Cluster and Sentinel (URL carries its own).
+	// Username is the user for Cluster and Sentinel (URL carries its own).
 	Username string `yaml:"username"`
+	// Password is the password for Cluster and Sentinel (URL carries its own).
 	Password string `yaml:"password"`
-	TLS      bool   `yaml:"tls"`
+	// TLS dials Cluster and Sentinel with TLS (with URL, use rediss:// instead).
+	TLS bool `yaml:"tls"`
 	// Timeout is the budget for one decision's round trip; past it on_store_failure
 	// applies. If zero, 10ms is used; at most 5s.
 	Timeout time.Duration `yaml:"timeout"`
@@ -78,13 +104,16 @@ type RedisConfig struct {
 
 // SentinelConfig names a Sentinel-managed master.
 type SentinelConfig struct {
-	Master string   `yaml:"master"`
-	Addrs  []string `yaml:"addrs"`
+	// Master is the name of the master set. Required.
+	Master string `yaml:"master"`
+	// Addrs are the sentinels' host:port addresses. At least one.
+	Addrs []string `yaml:"addrs"`
 }
 
 // AdminConfig places the admin API (metrics, health, API, dashboard).
 type AdminConfig struct {
-	// Listen is the admin address. If empty, 127.0.0.1:9090 is used; "off" disables it.
+	// Listen is the admin host:port, never the public one. If empty, 127.0.0.1:9090
+	// is used; "off" disables it.
 	Listen string `yaml:"listen"`
 	// Token is the bearer token the admin API requires. Required when Listen is not a
 	// loopback address.
@@ -93,8 +122,11 @@ type AdminConfig struct {
 
 // Rate is a token-bucket budget: Rate per second, up to Burst at once.
 type Rate struct {
-	Rate  float64 `yaml:"rate"`
-	Burst int     `yaml:"burst"`
+	// Rate is the sustained rate per second, at most 1000000.
+	Rate float64 `yaml:"rate"`
+	// Burst is how many may come at once, at most 10000000. If zero, twice Rate
+	// (rounded up) is used.
+	Burst int `yaml:"burst"`
 }
 
 // IPConfig holds the coarse per-source limits, always local to the edge.
@@ -105,18 +137,24 @@ type IPConfig struct {
 	// Streams is the budget of new request streams per second per source.
 	// If zero, {rate: 200, burst: 400} is used.
 	Streams Rate `yaml:"streams"`
-	// MaxConnections caps concurrent connections per source. If zero, 64 is used.
+	// MaxConnections caps concurrent connections per source. If zero, 64 is used;
+	// at most 1000000.
 	MaxConnections int `yaml:"max_connections"`
 	// MaxStreamsPerConnection caps concurrent request streams per connection.
-	// If zero, 100 is used.
+	// If zero, 100 is used; at most 65535.
 	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
 	// RetryAbove is the rate of QUIC handshakes per second above which new sources
-	// must validate their address with a Retry. If zero, 1000 is used.
+	// must validate their address with a Retry. If zero, 1000 is used; at most
+	// 10000000.
 	RetryAbove int `yaml:"retry_above"`
-	// MaxTracked bounds the per-source state. If zero, 1000000 is used.
+	// MaxTracked bounds the per-source state. If zero, 1000000 is used; at most
+	// 100000000.
 	MaxTracked int `yaml:"max_tracked"`
-	// IPv4Prefix and IPv6Prefix aggregate sources. If zero, 32 and 64 are used.
+	// IPv4Prefix is the prefix length IPv4 sources are counted by, 8 to 32.
+	// If zero, 32 is used.
 	IPv4Prefix int `yaml:"ipv4_prefix"`
+	// IPv6Prefix is the prefix length IPv6 sources are counted by, 16 to 128.
+	// If zero, 64 is used.
 	IPv6Prefix int `yaml:"ipv6_prefix"`
 }
 
@@ -124,7 +162,7 @@ type IPConfig struct {
 type KeysConfig struct {
 	// File is a YAML map {key: plan}, reloaded when it changes.
 	File string `yaml:"file"`
-	// RedisHash is a Redis hash holding {key: plan}, instead of File.
+	// RedisHash is a Redis hash holding {key: plan}, instead of File. Needs Redis.
 	RedisHash string `yaml:"redis_hash"`
 	// DefaultPlan is the plan of keys not in the map. If empty, "anonymous" is used.
 	DefaultPlan string `yaml:"default_plan"`
@@ -134,9 +172,11 @@ type KeysConfig struct {
 
 // Policy is one rate-limit rule of DESIGN.md §4.
 type Policy struct {
-	// Name is the item name in RateLimit-Policy and RateLimit. Required and unique.
-	Name  string `yaml:"name"`
-	Match Match  `yaml:"match"`
+	// Name is the item name in RateLimit-Policy and RateLimit, a Structured Fields
+	// String: printable ASCII without '"' or '\'. Required and unique.
+	Name string `yaml:"name"`
+	// Match selects the requests the policy applies to. If empty, all requests.
+	Match Match `yaml:"match"`
 	// Key lists where the client key comes from, first that yields a value:
 	// "header:NAME", "bearer", "query:NAME", "ip". If empty, [ip] is used.
 	Key []string `yaml:"key"`
@@ -146,9 +186,11 @@ type Policy struct {
 	Algorithm string `yaml:"algorithm"`
 	// Quota is the units per window (token_bucket: capacity). Required, > 0.
 	Quota int64 `yaml:"quota"`
-	// Window is the period, whole seconds. Required except for concurrency.
+	// Window is the period, whole seconds. Required, except for concurrency, which
+	// has none.
 	Window time.Duration `yaml:"window"`
-	// Unit is requests, content-bytes or concurrent-requests. If empty, requests.
+	// Unit is requests, content-bytes or concurrent-requests. If empty, requests is
+	// used (concurrent-requests with the concurrency algorithm).
 	Unit string `yaml:"unit"`
 	// Scope is global (Redis) or local. If empty: global when redis is configured,
 	// local otherwise.
@@ -158,28 +200,35 @@ type Policy struct {
 	// Mode is enforce or shadow. If empty, enforce.
 	Mode string `yaml:"mode"`
 	// MaxDelay lets leaky_bucket delay a request up to this long instead of rejecting.
+	// If zero, requests are never delayed.
 	MaxDelay time.Duration `yaml:"max_delay"`
-	// Lease is how many units an edge may take at once for a hot key (global only).
+	// Lease is how many units an edge may take at once for a hot key (global scope
+	// only), at most Quota. If zero, every decision asks the store (exact).
 	Lease int64 `yaml:"lease"`
 }
 
 // Match selects the requests a policy applies to. Empty fields match everything.
 type Match struct {
-	PathPrefix string   `yaml:"path_prefix"`
-	Methods    []string `yaml:"methods"`
-	Host       string   `yaml:"host"`
-	Plan       string   `yaml:"plan"`
+	// PathPrefix matches request paths starting with it; it starts with "/".
+	PathPrefix string `yaml:"path_prefix"`
+	// Methods are upper-case request methods such as GET.
+	Methods []string `yaml:"methods"`
+	// Host matches the request's host name.
+	Host string `yaml:"host"`
+	// Plan matches clients whose API key maps to this plan (see KeysConfig).
+	Plan string `yaml:"plan"`
 }
 
 // AbuseConfig drives the penalty box.
 type AbuseConfig struct {
 	// Rejections within Within ban a source. If zero, 50 is used.
 	Rejections int `yaml:"rejections"`
-	// Within is the counting period. If zero, 10s is used.
+	// Within is the counting period. If zero, 10s is used; at most 24h.
 	Within time.Duration `yaml:"within"`
-	// Ban is the first ban's length, doubled on each repeat. If zero, 1m is used.
+	// Ban is the first ban's length, doubled on each repeat. If zero, 1m is used;
+	// at most 720h.
 	Ban time.Duration `yaml:"ban"`
-	// MaxBan caps the ban length. If zero, 1h is used.
+	// MaxBan caps the ban length, at least Ban. If zero, 1h is used; at most 720h.
 	MaxBan time.Duration `yaml:"max_ban"`
 	// Share publishes bans through Redis. If nil, true is used.
 	Share *bool `yaml:"share"`

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{}, // no -url
+		{"-url", "https://127.0.0.1:1/", "-d", "1s", "-n", "5"}, // exclusive
+		{"-url", "https://127.0.0.1:1/", "-proto", "h4"},
+		{"-url", "https://127.0.0.1:1/", "-sources", "127.0.0.9-127.0.0.2"},
+		{"-url", "https://127.0.0.1:1/", "-H", "no colon"},
+		{"-url", "https://127.0.0.1:1/", "-pin", "nope"},
+		{"-url", "https://127.0.0.1:1/", "scenario"},
+		{"-bogus"},
+	} {
+		var out, errOut strings.Builder
+		if code := run(args, &out, &errOut); code != 2 {
+			t.Errorf("run(%q) = %d, want 2; stderr: %s", args, code, errOut.String())
+		}
+	}
+}
+
+func TestRunWritesJSON(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test") != "yes" || r.Header.Get("X-Api-Key") == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "out.json")
+	var out, errOut strings.Builder
+	code := run([]string{"-url", srv.URL + "/", "-proto", "h1", "-c", "2", "-n", "20", "-warmup", "0",
+		"-insecure", "-H", "X-Test: yes", "-keys", "3", "-json", file, "-timeout", "2s"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Requests int64            `json:"requests"`
+		Status   map[string]int64 `json:"status"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Requests != 20 || j.Status["200"] != 20 {
+		t.Errorf("JSON: %s", b)
+	}
+	if !strings.Contains(out.String(), "200: 20") {
+		t.Errorf("summary:\n%s", out.String())
+	}
+}

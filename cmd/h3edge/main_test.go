@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go/http3"
+)
+
+// The tests here run the built binary, as an operator would.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "h3edge-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "h3edge")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building h3edge: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running h3edge process.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string // 127.0.0.1:PORT
+	url  string
+	pin  string
+	mu   sync.Mutex
+	logs strings.Builder
+	exit chan error
+}
+
+var (
+	listenRe = regexp.MustCompile(`listen=(\S+)`)
+	pinRe    = regexp.MustCompile(`spki_pin=(\S+)`)
+)
+
+// startProc runs h3edge with args (plus -listen 127.0.0.1:0 unless given) and waits for
+// its start-up summary. env is added to the environment; XDG_CACHE_HOME defaults to a
+// fresh directory.
+func startProc(t testing.TB, env []string, args ...string) *proc {
+	t.Helper()
+	if !strings.Contains(strings.Join(args, " "), "-listen") {
+		args = append(args, "-listen", "127.0.0.1:0")
+	}
+	p := &proc{cmd: exec.Command(binary, args...), exit: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir())
+	p.cmd.Env = append(p.cmd.Env, env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.logs.WriteString(line + "\n")
+			p.mu.Unlock()
+			if strings.Contains(line, "h3edge serving") {
+				p.addr = listenRe.FindStringSubmatch(line)[1]
+				if m := pinRe.FindStringSubmatch(line); m != nil {
+					p.pin = m[1]
+				}
+				close(ready)
+			}
+		}
+	}()
+	go func() { p.exit <- p.cmd.Wait() }()
+	select {
+	case <-ready:
+	case err := <-p.exit:
+		t.Fatalf("h3edge exited at start: %v\n%s", err, p.log())
+	case <-time.After(20 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("h3edge did not start\n%s", p.log())
+	}
+	p.url = "https://" + p.addr
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		select {
+		case <-p.exit:
+		case <-time.After(5 * time.Second):
+		}
+		if t.Failed() {
+			t.Logf("h3edge log:\n%s", p.log())
+		}
+	})
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// stop sends sig and returns the exit code.
+func (p *proc) stop(t testing.TB, sig os.Signal, within time.Duration) int {
+	t.Helper()
+	p.cmd.Process.Signal(sig)
+	select {
+	case err := <-p.exit:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("h3edge did not exit within %v after %v", within, sig)
+		return -1
+	}
+}
+
+func client(t testing.TB, proto string) *http.Client {
+	tlsConf := &tls.Config{InsecureSkipVerify: true}
+	var rt http.RoundTripper
+	switch proto {
+	case "h3":
+		tr := &http3.Transport{TLSClientConfig: tlsConf}
+		t.Cleanup(func() { tr.Close() })
+		rt = tr
+	default:
+		tr := &http.Transport{TLSClientConfig: tlsConf, Protocols: new(http.Protocols)}
+		if proto == "h2" {
+			tr.Protocols.SetHTTP2(true)
+		} else {
+			tr.Protocols.SetHTTP1(true)
+		}
+		t.Cleanup(tr.CloseIdleConnections)
+		rt = tr
+	}
+	return &http.Client{Transport: rt, Timeout: 10 * time.Second}
+}
+
+func TestBinaryServesEachProtocol(t *testing.T) {
+	p := startProc(t, nil)
+	if p.pin == "" {
+		t.Error("start-up summary lacks the certificate pin")
+	}
+	for proto, want := range map[string]string{"h3": "HTTP/3.0", "h2": "HTTP/2.0", "h1": "HTTP/1.1"} {
+		resp, err := client(t, proto).Get(p.url + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		var got struct {
+			Proto      string
+			ClientAddr string `json:"client_addr"`
+		}
+		json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || got.Proto != want || got.ClientAddr != "127.0.0.1" {
+			t.Errorf("%s: status %d, origin saw proto %q from %q", proto, resp.StatusCode, got.Proto, got.ClientAddr)
+		}
+	}
+	if code := p.stop(t, syscall.SIGTERM, 15*time.Second); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+func TestBinaryProxiesToUpstream(t *testing.T) {
+	up, _ := newUpstream(t)
+	p := startProc(t, nil, "-upstream", up)
+	for _, proto := range []string{"h3", "h2", "h1"} {
+		resp, err := client(t, proto).Get(p.url + "/x")
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"xff":"127.0.0.1"`) {
+			t.Errorf("%s: status %d body %s", proto, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestGracefulShutdownBinary(t *testing.T) {
+	up, inflight := newUpstream(t)
+	p := startProc(t, nil, "-upstream", up)
+	const perProto = 25
+	var wg sync.WaitGroup
+	codes := make(chan int, 2*perProto)
+	for _, proto := range []string{"h3", "h2"} {
+		c := client(t, proto)
+		for range perProto {
+			wg.Go(func() {
+				resp, err := c.Get(p.url + "/slow?ms=500")
+				if err != nil {
+					t.Logf("%s: %v", proto, err)
+					codes <- 0
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				codes <- resp.StatusCode
+			})
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for inflight.Load() < 2*perProto {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d requests reached the upstream", inflight.Load())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	start := time.Now()
+	code := p.stop(t, syscall.SIGTERM, 15*time.Second)
+	wg.Wait()
+	close(codes)
+	ok := 0
+	for c := range codes {
+		if c == 200 {
+			ok++
+		}
+	}
+	if ok != 2*perProto {
+		t.Errorf("%d of %d in-flight requests got 200", ok, 2*perProto)
+	}
+	if code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	t.Logf("drained and exited in %v", time.Since(start))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/", nil)
+	if _, err := client(t, "h2").Do(req); err == nil {
+		t.Error("served after exit")
+	}
+}
+
+// newUpstream starts a plain HTTP origin that reports the forwarded fields it saw and
+// holds /slow requests for 500 ms, counting those it holds.
+func newUpstream(t testing.TB) (string, *atomic.Int64) {
+	var n atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			n.Add(1)
+			defer n.Add(-1)
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]string{"xff": r.Header.Get("X-Forwarded-For"), "via": r.Header.Get("Via")})
+	}))
+	t.Cleanup(up.Close)
+	return up.URL, &n
+}
+
+func TestValidateCommand(t *testing.T) {
+	file := filepath.Join("..", "..", "edge", "testdata", "config", "four-mistakes.yaml")
+	cmd := exec.Command(binary, "validate", "-config", file)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want code 2\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	place := regexp.MustCompile(`^` + regexp.QuoteMeta(file) + `:\d+:\d+: [a-z_.\[\]0-9]+: .+`)
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want 4:\n%s", len(lines), out)
+	}
+	for _, l := range lines {
+		if !place.MatchString(l) {
+			t.Errorf("line %q is not FILE:LINE:COL: field: problem", l)
+		}
+	}
+
+	good := filepath.Join(t.TempDir(), "good.yaml")
+	os.WriteFile(good, []byte("listen: \":9443\"\nupstream: http://127.0.0.1:9000\n"), 0o644)
+	if out, err := exec.Command(binary, "validate", "-config", good).CombinedOutput(); err != nil {
+		t.Errorf("valid file: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "-listen", "nonsense").CombinedOutput(); err == nil || !strings.Contains(string(out), "listen") {
+		t.Errorf("bad flag value: %v\n%s", err, out)
+	} else if errors.As(err, &ee) && ee.ExitCode() != 2 {
+		t.Errorf("bad flag value: exit %d, want 2", ee.ExitCode())
+	}
+}
+
+func TestDevelopmentCertificateReused(t *testing.T) {
+	cache := t.TempDir()
+	env := []string{"XDG_CACHE_HOME=" + cache}
+	first := startProc(t, env)
+	first.stop(t, syscall.SIGTERM, 15*time.Second)
+	second := startProc(t, env)
+	if first.pin == "" || first.pin != second.pin {
+		t.Errorf("pins differ across restarts: %q then %q", first.pin, second.pin)
+	}
+}

@@ -1,0 +1,93 @@
+package edge
+
+import (
+	"net/http"
+
+	"github.com/h3edge/h3edge/headers"
+)
+
+// chain composes the middleware every request passes through, on all three protocols.
+// The order is the request's way through the house (DESIGN.md §1), outermost first.
+func (s *Server) chain(origin http.Handler) http.Handler {
+	h := origin
+	h = tooEarly(h)
+	h = headerLimit(h)
+	h = s.altSvc(h)
+	h = s.track(h)
+	return h
+}
+
+// track counts the requests in flight, so Shutdown knows when HTTP/3 has drained.
+func (s *Server) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inflight.Add(1)
+		defer s.inflight.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// altSvc advertises HTTP/3 on HTTP/1.1 and HTTP/2 responses. The value is the
+// configuration's, written by us, so it does not depend on when quic-go registered its
+// listener.
+func (s *Server) altSvc(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 3 {
+			if v := *s.altSvcValue.Load(); v != nil {
+				w.Header()["Alt-Svc"] = v
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tooEarly answers 425 to a request that arrived in 0-RTT data unless its method is
+// safe: 0-RTT can be replayed by an attacker, so only idempotent reads are accepted.
+func tooEarly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && !r.TLS.HandshakeComplete {
+			switch r.Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions:
+			default:
+				writeProblem(w, http.StatusTooEarly, "Too Early",
+					"a "+r.Method+" request cannot be sent in 0-RTT data; retry after the handshake")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// headerLimit answers 431 to an HTTP/1.1 or HTTP/2 request whose header section is
+// larger than maxHeaderBytes (HTTP/3 enforces the same limit in quic-go).
+func headerLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor < 3 && headerSize(r) > maxHeaderBytes {
+			writeProblem(w, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
+				"the request's header section is larger than 64 KiB")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// headerSize is the size of the header section as HTTP/2 counts it (RFC 9113 §6.5.2):
+// name and value lengths plus 32 per field.
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + len(r.Host) + len(r.RequestURI) + 3*32
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 32
+		}
+	}
+	return n
+}
+
+// writeProblem answers with an RFC 9457 problem document.
+func writeProblem(w http.ResponseWriter, status int, title, detail string) {
+	body := headers.AppendProblem(nil, "about:blank", title, status, detail)
+	h := w.Header()
+	h["Content-Type"] = []string{headers.ProblemContentType}
+	h["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(status)
+	w.Write(body)
+}

@@ -1,0 +1,286 @@
+// Package edge is the h3edge server: configuration, listeners for HTTP/3, HTTP/2 and
+// HTTP/1.1 on one port, the middleware chain that protects the origin, the proxy to it,
+// and graceful shutdown. Only cmd/h3edge imports it.
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/certs"
+)
+
+// Limits of the public listeners that are not configurable: they protect the edge itself.
+const (
+	// maxHeaderBytes caps a request's header section on every protocol; larger requests
+	// get 431. API requests need far less; QPACK and HPACK blow-ups need it bounded.
+	maxHeaderBytes = 64 << 10
+	// tcpMaxHeaderBytes is what net/http reads before giving up. It is larger than
+	// maxHeaderBytes because Go's HTTP/2 server answers a header section over its limit
+	// with a connection error (its CONTINUATION-flood defence) instead of 431: reading up
+	// to 256 KiB lets headerLimit answer 431 for sections in between.
+	tcpMaxHeaderBytes = 256 << 10
+	// readHeaderTimeout bounds slowloris on HTTP/1.1 and the first request on HTTP/2.
+	readHeaderTimeout = 10 * time.Second
+	// idleTimeout closes idle TCP and QUIC connections.
+	idleTimeout = 120 * time.Second
+)
+
+// Server is one running edge. Create it with New, bind with Listen, run with Serve, stop
+// with Shutdown or Close. Its methods are safe for concurrent use.
+type Server struct {
+	cfg   *Config
+	log   *slog.Logger
+	certs *certs.Store
+
+	handler http.Handler
+
+	tcpLn   net.Listener
+	udpConn *net.UDPConn
+	quicTr  *quic.Transport
+	quicLn  *quic.EarlyListener
+	h3      *http3.Server
+	h12     *http.Server
+
+	// inflight counts requests being handled, on all protocols.
+	inflight atomic.Int64
+	// altSvcValue is the Alt-Svc field (nil: none), set once the port is known.
+	altSvcValue atomic.Pointer[[]string]
+
+	mu       sync.Mutex
+	shutdown bool
+}
+
+// Options carries what the configuration file cannot: the logger and where the
+// development certificate is cached.
+type Options struct {
+	// Logger receives the server's logs. If nil, slog.Default() is used.
+	Logger *slog.Logger
+	// CertCacheDir is where the development certificate is cached. If empty,
+	// certs.DefaultCacheDir() is used.
+	CertCacheDir string
+}
+
+// New builds a server from a validated configuration. It loads the certificates but opens
+// no socket.
+func New(cfg *Config, opts Options) (*Server, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	pairs := make([]certs.Pair, len(cfg.TLS.Certificates))
+	for i, p := range cfg.TLS.Certificates {
+		pairs[i] = certs.Pair{Cert: p.Cert, Key: p.Key}
+	}
+	cs, err := certs.New(certs.Config{Pairs: pairs, CacheDir: opts.CertCacheDir, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log.With("component", "edge"), certs: cs}
+	origin, err := s.origin()
+	if err != nil {
+		return nil, err
+	}
+	s.handler = s.chain(origin)
+	return s, nil
+}
+
+// Certs returns the certificate store, for reloads and the start-up summary.
+func (s *Server) Certs() *certs.Store { return s.certs }
+
+// Listen binds the TCP and UDP sockets on the same port. With port 0, the kernel picks
+// the TCP port and UDP binds the same number.
+func (s *Server) Listen() error {
+	host, port, err := net.SplitHostPort(s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("edge: listen %q: %w", s.cfg.Listen, err)
+	}
+	// With port 0 the UDP port the kernel gave TCP may be taken: try a few times.
+	for attempt := 0; ; attempt++ {
+		tcpLn, err := net.Listen("tcp", s.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("edge: listen tcp %s: %w", s.cfg.Listen, err)
+		}
+		p := tcpLn.Addr().(*net.TCPAddr).Port
+		udpAddr, err := net.ResolveUDPAddr("udp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			tcpLn.Close()
+			return fmt.Errorf("edge: listen udp %s: %w", s.cfg.Listen, err)
+		}
+		udpConn, err := net.ListenUDP("udp", udpAddr)
+		if err != nil {
+			tcpLn.Close()
+			if port == "0" && attempt < 10 {
+				continue
+			}
+			return fmt.Errorf("edge: listen udp %s: %w", udpAddr, err)
+		}
+		s.tcpLn, s.udpConn = tcpLn, udpConn
+		s.setAltSvc()
+		return nil
+	}
+}
+
+// setAltSvc derives the Alt-Svc value from the configuration and the bound port.
+func (s *Server) setAltSvc() {
+	v := s.cfg.AltSvcValue()
+	if s.cfg.AltSvc == nil {
+		v = fmt.Sprintf(`h3=":%d"; ma=86400`, s.Addr().Port)
+	}
+	var field []string
+	if v != "" {
+		field = []string{v}
+	}
+	s.altSvcValue.Store(&field)
+}
+
+// Addr returns the bound address (TCP and UDP share the port). Valid after Listen.
+func (s *Server) Addr() *net.TCPAddr { return s.tcpLn.Addr().(*net.TCPAddr) }
+
+// Serve serves HTTP/3 on the UDP socket and HTTP/2 and HTTP/1.1 on the TCP socket until
+// Shutdown or Close, then returns http.ErrServerClosed. Any other error stops both.
+func (s *Server) Serve() error {
+	if s.tcpLn == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	s.quicTr = &quic.Transport{Conn: s.udpConn}
+	qconf := &quic.Config{
+		Allow0RTT:          true,
+		MaxIdleTimeout:     idleTimeout,
+		MaxIncomingStreams: 100,
+	}
+	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.certs.ServerConfig()), qconf)
+	if err != nil {
+		return fmt.Errorf("edge: quic listen: %w", err)
+	}
+	s.quicLn = ln
+	s.h3 = &http3.Server{
+		Handler:        s.handler,
+		QUICConfig:     qconf,
+		MaxHeaderBytes: maxHeaderBytes,
+		IdleTimeout:    idleTimeout,
+		Logger:         s.log,
+	}
+	s.h12 = &http.Server{
+		Handler:           s.handler,
+		TLSConfig:         s.certs.ServerConfig("h2", "http/1.1"),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    tcpMaxHeaderBytes,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: 100,
+			// 16 KiB is the protocol's initial value; net/http's larger default fails an
+			// h2spec case (4.2/3).
+			MaxReadFrameSize: 16384,
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	closed := s.shutdown
+	s.mu.Unlock()
+	if closed {
+		return http.ErrServerClosed
+	}
+
+	errc := make(chan error, 2)
+	go func() { errc <- s.h3.ServeListener(ln) }()
+	go func() { errc <- s.h12.Serve(tls.NewListener(s.tcpLn, s.h12.TLSConfig)) }()
+	err = <-errc
+	if !errors.Is(err, http.ErrServerClosed) {
+		s.Close()
+		<-errc
+		return err
+	}
+	if err2 := <-errc; !errors.Is(err2, http.ErrServerClosed) && !errors.Is(err2, quic.ErrServerClosed) {
+		return err2
+	}
+	return http.ErrServerClosed
+}
+
+// Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and HTTP/3, and waits for
+// in-flight requests until ctx ends; then it closes what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown = true
+	s.mu.Unlock()
+	if s.h3 == nil {
+		return s.closeSockets()
+	}
+	var wg sync.WaitGroup
+	var err3, err12 error
+	wg.Go(func() { err3 = s.h3.Shutdown(ctx) })
+	// HTTP/3 clients may keep a connection open after GOAWAY: once no request is in
+	// flight there is nothing left to wait for, so close what remains.
+	wg.Go(func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for s.inflight.Load() > 0 {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		s.h3.Close()
+	})
+	wg.Go(func() { err12 = s.h12.Shutdown(ctx) })
+	// New QUIC connections are refused from now on; established ones drain above.
+	s.quicLn.Close()
+	wg.Wait()
+	if err12 != nil {
+		s.h12.Close()
+	}
+	s.closeSockets()
+	return errors.Join(err3, err12)
+}
+
+// Close stops the server at once, aborting in-flight requests.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.shutdown = true
+	s.mu.Unlock()
+	var errs []error
+	if s.h3 != nil {
+		errs = append(errs, s.h3.Close(), s.h12.Close())
+	}
+	errs = append(errs, s.closeSockets())
+	return errors.Join(errs...)
+}
+
+func (s *Server) closeSockets() error {
+	var errs []error
+	if s.quicLn != nil {
+		s.quicLn.Close()
+	}
+	if s.quicTr != nil {
+		errs = append(errs, ignoreClosed(s.quicTr.Close()))
+	}
+	if s.udpConn != nil {
+		errs = append(errs, ignoreClosed(s.udpConn.Close()))
+	}
+	if s.tcpLn != nil {
+		errs = append(errs, ignoreClosed(s.tcpLn.Close()))
+	}
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
