@@ -182,9 +182,8 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if err := srv.Certs().Reload(); err != nil {
-					log.Error("reload failed; keeping the old certificates", "error", err)
-				} else {
+				// A failed reload keeps the old certificates and logs why itself.
+				if err := srv.Certs().Reload(); err == nil {
 					log.Info("reloaded certificates", "spki_pin", srv.Certs().Pin())
 				}
 				continue

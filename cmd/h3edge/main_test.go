@@ -2,12 +2,20 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -320,5 +328,88 @@ func TestDevelopmentCertificateReused(t *testing.T) {
 	second := startProc(t, env)
 	if first.pin == "" || first.pin != second.pin {
 		t.Errorf("pins differ across restarts: %q then %q", first.pin, second.pin)
+	}
+}
+
+// writePair writes a self-signed certificate for name to dir and returns the file paths
+// and the certificate's DER bytes.
+func writePair(t testing.TB, dir, name string) (certFile, keyFile string, der []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		DNSNames:     []string{name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+	}
+	der, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalPKCS8PrivateKey(key)
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile, der
+}
+
+// servedCert returns the leaf certificate the server presents for serverName.
+func servedCert(t testing.TB, addr, serverName string) []byte {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: serverName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].Raw
+}
+
+func TestCertificatesSNIAndReload(t *testing.T) {
+	dir := t.TempDir()
+	aCert, aKey, aDER := writePair(t, dir, "a.test")
+	bCert, bKey, bDER := writePair(t, dir, "b.test")
+	cfg := filepath.Join(dir, "h3edge.yaml")
+	os.WriteFile(cfg, fmt.Appendf(nil, "tls:\n  certificates:\n    - {cert: %s, key: %s}\n    - {cert: %s, key: %s}\n",
+		aCert, aKey, bCert, bKey), 0o644)
+	p := startProc(t, nil, "-config", cfg)
+	if !bytes.Equal(servedCert(t, p.addr, "b.test"), bDER) || !bytes.Equal(servedCert(t, p.addr, "a.test"), aDER) {
+		t.Fatal("SNI did not pick the matching certificate")
+	}
+
+	// A broken file on SIGHUP: the old certificate keeps being served.
+	os.WriteFile(bCert, []byte("not a certificate"), 0o644)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, p, "still serving the previous certificates")
+	if !bytes.Equal(servedCert(t, p.addr, "b.test"), bDER) {
+		t.Error("a broken certificate file replaced the served certificate")
+	}
+	resp, err := client(t, "h3").Get(p.url + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTP/3 after a failed reload: %v", err)
+	}
+	resp.Body.Close()
+
+	// A good new file on SIGHUP is served from then on.
+	_, _, newDER := writePair(t, dir, "b.test")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, p, "reloaded certificates")
+	if !bytes.Equal(servedCert(t, p.addr, "b.test"), newDER) {
+		t.Error("the reloaded certificate is not served")
+	}
+}
+
+// waitLog polls the process log for text.
+func waitLog(t testing.TB, p *proc, text string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.log(), text) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never said %q:\n%s", text, p.log())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
