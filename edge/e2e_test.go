@@ -42,7 +42,7 @@ func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -67,7 +67,10 @@ func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 
 type testWriter struct{ t testing.TB }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 var (
 	certCacheOnce sync.Once
@@ -105,7 +108,7 @@ func clientFor(t testing.TB, proto string) *http.Client {
 		t.Cleanup(tr.CloseIdleConnections)
 		rt = tr
 	case "h1":
-		tr := &http.Transport{TLSClientConfig: insecureTLS.Clone()}
+		tr := &http.Transport{TLSClientConfig: insecureTLS.Clone(), MaxIdleConnsPerHost: 64}
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetHTTP1(true)
 		t.Cleanup(tr.CloseIdleConnections)
