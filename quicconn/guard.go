@@ -58,8 +58,7 @@ const ErrCodeExcessiveLoad quic.ApplicationErrorCode = 0x107
 // newcomers that proved their address.
 type Guard struct {
 	cfg    Config
-	conn   bucket
-	stream bucket
+	lim    atomic.Pointer[limits] // swapped by SetLimits
 	tab    *table
 	epoch  time.Time
 	now    func() time.Time
@@ -76,14 +75,47 @@ func New(cfg Config) (*Guard, error) {
 	}
 	cfg = cfg.withDefaults()
 	g := &Guard{
-		cfg:    cfg,
-		conn:   newBucket(cfg.ConnRate, cfg.ConnBurst),
-		stream: newBucket(cfg.StreamRate, cfg.StreamBurst),
-		tab:    newTable(cfg.MaxTracked, cfg.IPv4Prefix, cfg.IPv6Prefix),
-		epoch:  time.Now(),
-		now:    time.Now,
+		cfg:   cfg,
+		tab:   newTable(cfg.MaxTracked, cfg.IPv4Prefix, cfg.IPv6Prefix),
+		epoch: time.Now(),
+		now:   time.Now,
 	}
+	g.lim.Store(newLimits(cfg))
 	return g, nil
+}
+
+// limits are the budgets a Guard applies, replaceable while it runs.
+type limits struct {
+	conn, stream bucket
+	maxConns     int
+	retryAbove   float64
+}
+
+func newLimits(cfg Config) *limits {
+	return &limits{
+		conn:       newBucket(cfg.ConnRate, cfg.ConnBurst),
+		stream:     newBucket(cfg.StreamRate, cfg.StreamBurst),
+		maxConns:   cfg.MaxConnections,
+		retryAbove: cfg.RetryAbove,
+	}
+}
+
+// ErrRestartNeeded reports a SetLimits change that only a new Guard can make.
+var ErrRestartNeeded = errors.New("quicconn: MaxTracked and the prefix lengths cannot change while running")
+
+// SetLimits replaces the budgets (rates, bursts, MaxConnections, RetryAbove) without
+// forgetting any source: buckets keep their state and refill at the new rate from now
+// on. MaxTracked, the prefix lengths and Banned cannot change (ErrRestartNeeded).
+func (g *Guard) SetLimits(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.MaxTracked != g.cfg.MaxTracked || cfg.IPv4Prefix != g.cfg.IPv4Prefix || cfg.IPv6Prefix != g.cfg.IPv6Prefix {
+		return ErrRestartNeeded
+	}
+	g.lim.Store(newLimits(cfg))
+	return nil
 }
 
 // instant turns now into nanoseconds since the Guard's epoch (monotonic when now is).
@@ -156,13 +188,14 @@ func (g *Guard) admit(a netip.Addr, t int64, validated bool) (*Slot, error) {
 	k := g.tab.key(a)
 	sh := g.tab.shard(k)
 	sh.mu.Lock()
+	lim := g.lim.Load()
 	e, tracked := sh.lookup(k, t, g.tab.perShard, validated)
-	if tracked && g.cfg.MaxConnections > 0 && e.open >= uint32(g.cfg.MaxConnections) {
+	if tracked && lim.maxConns > 0 && e.open >= uint32(lim.maxConns) {
 		sh.refusedMax++
 		sh.mu.Unlock()
 		return nil, ErrMaxConns
 	}
-	if !g.conn.take(&e.conn, t) {
+	if !lim.conn.take(&e.conn, t) {
 		sh.refusedRate++
 		sh.mu.Unlock()
 		return nil, ErrRate
@@ -210,7 +243,8 @@ func (g *Guard) ConnContext(ctx context.Context, info *quic.ClientInfo) (context
 // runs on quic-go's server goroutine: one mutex, one map lookup.
 func (g *Guard) VerifySourceAddress(addr net.Addr) bool {
 	t := g.instant(g.now())
-	if g.cfg.RetryAbove >= 0 && g.handshakes.hit(t) > g.cfg.RetryAbove {
+	lim := g.lim.Load()
+	if lim.retryAbove >= 0 && g.handshakes.hit(t) > lim.retryAbove {
 		g.retriesSurge.Add(1)
 		return true
 	}
@@ -224,8 +258,8 @@ func (g *Guard) VerifySourceAddress(addr net.Addr) bool {
 	e, tracked := sh.entries[k]
 	var retry bool
 	if tracked {
-		retry = g.cfg.MaxConnections > 0 && e.open >= uint32(g.cfg.MaxConnections) ||
-			!g.conn.ready(e.conn, t)
+		retry = lim.maxConns > 0 && e.open >= uint32(lim.maxConns) ||
+			!lim.conn.ready(e.conn, t)
 	} else {
 		retry = len(sh.entries) >= g.tab.perShard
 	}
@@ -241,7 +275,8 @@ func (g *Guard) VerifySourceAddress(addr net.Addr) bool {
 // before the request is parsed; refuse HTTP/3 streams with H3_REQUEST_REJECTED, HTTP/2
 // and HTTP/1.1 requests with the prebuilt 429. It allocates nothing.
 func (g *Guard) AllowStream(addr netip.Addr, now time.Time) bool {
-	if g.stream.every == 0 {
+	lim := g.lim.Load()
+	if lim.stream.every == 0 {
 		return true
 	}
 	t := g.instant(now)
@@ -252,7 +287,7 @@ func (g *Guard) AllowStream(addr netip.Addr, now time.Time) bool {
 	if !tracked {
 		e, tracked = sh.lookup(k, t, g.tab.perShard, false)
 	}
-	if !g.stream.take(&e.stream, t) {
+	if !lim.stream.take(&e.stream, t) {
 		sh.refusedStreams++
 		sh.mu.Unlock()
 		return false

@@ -465,3 +465,25 @@ func TestSpoofedFlood(t *testing.T) {
 		s.Release()
 	}
 }
+
+func TestSetLimits(t *testing.T) {
+	g, err := New(Config{StreamRate: 1, StreamBurst: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr("192.0.2.1")
+	t0 := time.Unix(1000, 0)
+	if !g.AllowStream(a, t0) || !g.AllowStream(a, t0) || g.AllowStream(a, t0) {
+		t.Fatal("burst of 2 not enforced")
+	}
+	// A bigger burst applies at once; the source's spent tokens are remembered.
+	if err := g.SetLimits(Config{StreamRate: 1, StreamBurst: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if !g.AllowStream(a, t0) || !g.AllowStream(a, t0) || g.AllowStream(a, t0) {
+		t.Error("after raising the burst to 4, 2 more should pass, then none")
+	}
+	if err := g.SetLimits(Config{IPv4Prefix: 24}); !errors.Is(err, ErrRestartNeeded) {
+		t.Errorf("changing the prefix: %v, want ErrRestartNeeded", err)
+	}
+}
