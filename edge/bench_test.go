@@ -73,9 +73,9 @@ func startBare(b *testing.B) string {
 		b.Fatal(err)
 	}
 	h := demoOrigin(nil)
-	h3 := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(s.certs.ServerConfig()),
+	h3 := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(s.Certs().ServerConfig()),
 		QUICConfig: &quic.Config{Allow0RTT: true}}
-	h12 := &http.Server{Handler: h, TLSConfig: s.certs.ServerConfig("h2", "http/1.1")}
+	h12 := &http.Server{Handler: h, TLSConfig: s.Certs().ServerConfig("h2", "http/1.1")}
 	go h3.Serve(s.udpConn)
 	go func() {
 		if err := h12.ServeTLS(s.tcpLn, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -10,9 +10,11 @@ import (
 // The order is the request's way through the house (DESIGN.md §1), outermost first.
 func (s *Server) chain(origin http.Handler) http.Handler {
 	h := origin
+	h = s.enforce(h)
 	h = tooEarly(h)
 	h = headerLimit(h)
 	h = s.altSvc(h)
+	h = s.streamBudget(h)
 	h = s.track(h)
 	return h
 }

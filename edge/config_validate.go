@@ -84,11 +84,7 @@ func sorted(errs []FieldError) ValidationError {
 // lands.
 var notYet = []string{
 	"redis",
-	"keys",
-	"policies",
-	"ip",
 	"abuse",
-	"legacy_headers",
 	"admin",
 }
 

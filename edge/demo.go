@@ -28,7 +28,15 @@ const (
 func demoOrigin(trusted []netip.Prefix) http.Handler {
 	mux := http.NewServeMux()
 	echo := func(w http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			if bodyQuotaExceeded(r) {
+				writeBodyQuota(w, r)
+			} else {
+				writeProblem(w, http.StatusBadRequest, "Bad Request", "reading the request body failed")
+			}
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(struct {
 			Proto      string      `json:"proto"`

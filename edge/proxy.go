@@ -14,15 +14,15 @@ import (
 
 // origin is the handler behind the middleware: the proxy to the upstream, or the demo
 // origin when none is configured.
-func (s *Server) origin() (http.Handler, error) {
-	if s.cfg.Upstream == "" {
-		return demoOrigin(s.cfg.TrustedProxyPrefixes()), nil
+func buildOrigin(cfg *Config) (http.Handler, error) {
+	if cfg.Upstream == "" {
+		return demoOrigin(cfg.TrustedProxyPrefixes()), nil
 	}
-	u, err := url.Parse(s.cfg.Upstream)
+	u, err := url.Parse(cfg.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("edge: upstream: %w", err)
 	}
-	return newProxy(u, s.cfg.TrustedProxyPrefixes(), s.cfg.upstreamTimeout()), nil
+	return newProxy(u, cfg.TrustedProxyPrefixes(), cfg.upstreamTimeout()), nil
 }
 
 // newProxy returns a reverse proxy to target. Forwarded fields are rebuilt from the real
@@ -59,6 +59,10 @@ func newProxy(target *url.URL, trusted []netip.Prefix, timeout time.Duration) *h
 // client that went away gets nothing: there is nobody to answer.
 func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
+		return
+	}
+	if bodyQuotaExceeded(r) {
+		writeBodyQuota(w, r)
 		return
 	}
 	var ne net.Error

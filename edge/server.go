@@ -20,6 +20,8 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/quicconn"
 )
 
 // Limits of the public listeners that are not configurable: they protect the edge itself.
@@ -41,11 +43,25 @@ const (
 // Server is one running edge. Create it with New, bind with Listen, run with Serve, stop
 // with Shutdown or Close. Its methods are safe for concurrent use.
 type Server struct {
-	cfg   *Config
-	log   *slog.Logger
-	certs *certs.Store
+	opts Options
+	log  *slog.Logger
+
+	// What a configuration reload replaces, each swapped atomically.
+	cfg    atomic.Pointer[Config]
+	certs  atomic.Pointer[certs.Store]
+	origin atomic.Pointer[http.Handler]
 
 	handler http.Handler
+
+	// Per-key quota: the compiled policies, the store deciding them, the key hash and
+	// the API-key plans.
+	rules  atomic.Pointer[rules]
+	store  limiter.Store
+	hasher hasher
+	plans  atomic.Pointer[plans]
+
+	// guard holds the per-source transport budgets (ip:).
+	guard *quicconn.Guard
 
 	tcpLn   net.Listener
 	udpConn *net.UDPConn
@@ -59,8 +75,11 @@ type Server struct {
 	// altSvcValue is the Alt-Svc field (nil: none), set once the port is known.
 	altSvcValue atomic.Pointer[[]string]
 
+	reloadMu sync.Mutex // one reload at a time
+
 	mu       sync.Mutex
 	shutdown bool
+	done     chan struct{} // closed when the server stops, ending background work
 }
 
 // Options carries what the configuration file cannot: the logger and where the
@@ -71,6 +90,10 @@ type Options struct {
 	// CertCacheDir is where the development certificate is cached. If empty,
 	// certs.DefaultCacheDir() is used.
 	CertCacheDir string
+	// Load produces the configuration again for a reload (the file with the command
+	// line's overrides, defaults applied, validated). If nil, the file the current
+	// configuration came from is loaded as is.
+	Load func() (*Config, error)
 }
 
 // New builds a server from a validated configuration. It loads the certificates but opens
@@ -80,44 +103,105 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	s := &Server{opts: opts, log: log.With("component", "edge"), done: make(chan struct{})}
+	s.cfg.Store(cfg)
+	cs, err := s.newCerts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.certs.Store(cs)
+	if err := s.initQuota(opts); err != nil {
+		return nil, err
+	}
+	if s.guard, err = newGuard(cfg.IP, nil); err != nil {
+		return nil, err
+	}
+	origin, err := buildOrigin(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.origin.Store(&origin)
+	s.handler = s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*s.origin.Load()).ServeHTTP(w, r)
+	}))
+	return s, nil
+}
+
+// config returns the configuration in force.
+func (s *Server) config() *Config { return s.cfg.Load() }
+
+func (s *Server) newCerts(cfg *Config) (*certs.Store, error) {
 	pairs := make([]certs.Pair, len(cfg.TLS.Certificates))
 	for i, p := range cfg.TLS.Certificates {
 		pairs[i] = certs.Pair{Cert: p.Cert, Key: p.Key}
 	}
-	cs, err := certs.New(certs.Config{Pairs: pairs, CacheDir: opts.CertCacheDir, Logger: log})
-	if err != nil {
-		return nil, err
+	return certs.New(certs.Config{Pairs: pairs, CacheDir: s.opts.CertCacheDir, Logger: s.log})
+}
+
+// tlsConfig is a TLS configuration whose certificates come from the store in force, so
+// a reload that replaces the store needs no new listener.
+func (s *Server) tlsConfig(nextProtos ...string) *tls.Config {
+	c := s.certs.Load().ServerConfig(nextProtos...)
+	c.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return s.certs.Load().GetCertificate(h)
 	}
-	s := &Server{cfg: cfg, log: log.With("component", "edge"), certs: cs}
-	origin, err := s.origin()
-	if err != nil {
-		return nil, err
+	return c
+}
+
+// initQuota builds the per-key quota machinery from the configuration.
+func (s *Server) initQuota(opts Options) error {
+	dir := opts.CertCacheDir
+	if dir == "" {
+		dir = certs.DefaultCacheDir()
 	}
-	s.handler = s.chain(origin)
-	return s, nil
+	cfg := s.config()
+	secret, err := keySecret(cfg.Keys.Secret, dir)
+	if err != nil {
+		return err
+	}
+	s.hasher = hasher{secret: secret}
+	p := &plans{}
+	if cfg.Keys.File != "" {
+		if p, err = loadPlans(cfg.Keys.File, s.hasher); err != nil {
+			return fmt.Errorf("edge: %w", err)
+		}
+	}
+	s.plans.Store(p)
+	rs, err := compileRules(cfg, nil)
+	if err != nil {
+		return err
+	}
+	s.rules.Store(rs)
+	store, err := limiter.NewLocal(limiter.Config{})
+	if err != nil {
+		return err
+	}
+	s.store = store
+	return nil
 }
 
 // Certs returns the certificate store, for reloads and the start-up summary.
-func (s *Server) Certs() *certs.Store { return s.certs }
+func (s *Server) Certs() *certs.Store { return s.certs.Load() }
 
 // Listen binds the TCP and UDP sockets on the same port. With port 0, the kernel picks
 // the TCP port and UDP binds the same number.
 func (s *Server) Listen() error {
-	host, port, err := net.SplitHostPort(s.cfg.Listen)
+	listen := s.config().Listen
+	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return fmt.Errorf("edge: listen %q: %w", s.cfg.Listen, err)
+		return fmt.Errorf("edge: listen %q: %w", listen, err)
 	}
 	// With port 0 the UDP port the kernel gave TCP may be taken: try a few times.
 	for attempt := 0; ; attempt++ {
-		tcpLn, err := net.Listen("tcp", s.cfg.Listen)
+		tcpLn, err := net.Listen("tcp", listen)
 		if err != nil {
-			return fmt.Errorf("edge: listen tcp %s: %w", s.cfg.Listen, err)
+			return fmt.Errorf("edge: listen tcp %s: %w", listen, err)
 		}
 		p := tcpLn.Addr().(*net.TCPAddr).Port
 		udpAddr, err := net.ResolveUDPAddr("udp", net.JoinHostPort(host, strconv.Itoa(p)))
 		if err != nil {
 			tcpLn.Close()
-			return fmt.Errorf("edge: listen udp %s: %w", s.cfg.Listen, err)
+			return fmt.Errorf("edge: listen udp %s: %w", listen, err)
 		}
 		udpConn, err := net.ListenUDP("udp", udpAddr)
 		if err != nil {
@@ -135,8 +219,9 @@ func (s *Server) Listen() error {
 
 // setAltSvc derives the Alt-Svc value from the configuration and the bound port.
 func (s *Server) setAltSvc() {
-	v := s.cfg.AltSvcValue()
-	if s.cfg.AltSvc == nil {
+	cfg := s.config()
+	v := cfg.AltSvcValue()
+	if cfg.AltSvc == nil {
 		v = fmt.Sprintf(`h3=":%d"; ma=86400`, s.Addr().Port)
 	}
 	var field []string
@@ -157,13 +242,17 @@ func (s *Server) Serve() error {
 			return err
 		}
 	}
-	s.quicTr = &quic.Transport{Conn: s.udpConn}
+	s.quicTr = &quic.Transport{
+		Conn:                s.guard.WrapConn(s.udpConn),
+		ConnContext:         s.guard.ConnContext,
+		VerifySourceAddress: s.guard.VerifySourceAddress,
+	}
 	qconf := &quic.Config{
 		Allow0RTT:          true,
 		MaxIdleTimeout:     idleTimeout,
-		MaxIncomingStreams: 100,
+		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
-	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.certs.ServerConfig()), qconf)
+	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.tlsConfig()), qconf)
 	if err != nil {
 		return fmt.Errorf("edge: quic listen: %w", err)
 	}
@@ -177,12 +266,12 @@ func (s *Server) Serve() error {
 	}
 	s.h12 = &http.Server{
 		Handler:           s.handler,
-		TLSConfig:         s.certs.ServerConfig("h2", "http/1.1"),
+		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    tcpMaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: 100,
+			MaxConcurrentStreams: s.config().IP.MaxStreamsPerConnection,
 			// 16 KiB is the protocol's initial value; net/http's larger default fails an
 			// h2spec case (4.2/3).
 			MaxReadFrameSize: 16384,
@@ -196,9 +285,12 @@ func (s *Server) Serve() error {
 		return http.ErrServerClosed
 	}
 
+	go s.watchPlans(s.done)
 	errc := make(chan error, 2)
-	go func() { errc <- s.h3.ServeListener(ln) }()
-	go func() { errc <- s.h12.Serve(tls.NewListener(s.tcpLn, s.h12.TLSConfig)) }()
+	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
+	go func() {
+		errc <- s.h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, g: s.guard}, s.h12.TLSConfig))
+	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
 		s.Close()
@@ -214,9 +306,7 @@ func (s *Server) Serve() error {
 // Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and HTTP/3, and waits for
 // in-flight requests until ctx ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.shutdown = true
-	s.mu.Unlock()
+	s.stop()
 	if s.h3 == nil {
 		return s.closeSockets()
 	}
@@ -250,15 +340,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close stops the server at once, aborting in-flight requests.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.shutdown = true
-	s.mu.Unlock()
+	s.stop()
 	var errs []error
 	if s.h3 != nil {
 		errs = append(errs, s.h3.Close(), s.h12.Close())
 	}
 	errs = append(errs, s.closeSockets())
 	return errors.Join(errs...)
+}
+
+// stop marks the server as shutting down and ends its background work.
+func (s *Server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.shutdown {
+		s.shutdown = true
+		close(s.done)
+	}
+}
+
+// Reload re-reads what can change without a restart: the certificates and the keys
+// file. Whatever fails to load keeps its old value; the errors are returned joined.
+func (s *Server) Reload() error {
+	return s.reloadConfig()
 }
 
 func (s *Server) closeSockets() error {

@@ -144,7 +144,8 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(handler)
 
-	srv, err := edge.New(cfg, edge.Options{Logger: log})
+	reload := func() (*edge.Config, error) { return loadConfig(*file, &o) }
+	srv, err := edge.New(cfg, edge.Options{Logger: log, Load: reload})
 	if err != nil {
 		fmt.Fprintln(stderr, "h3edge:", err)
 		return 1
@@ -182,9 +183,9 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				// A failed reload keeps the old certificates and logs why itself.
-				if err := srv.Certs().Reload(); err == nil {
-					log.Info("reloaded certificates", "spki_pin", srv.Certs().Pin())
+				// A failed reload keeps the old configuration and logs why.
+				if err := srv.Reload(); err == nil {
+					log.Info("reloaded", "spki_pin", srv.Certs().Pin())
 				}
 				continue
 			}

@@ -1,0 +1,492 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/h3edge/h3edge/headers"
+	"github.com/h3edge/h3edge/limiter"
+)
+
+// rules is the compiled form of the policies of one configuration. It is immutable; a
+// reload swaps in a new one.
+type rules struct {
+	policies []*rule
+	chains   [][]keySource // distinct key chains; rule.chain indexes them
+	// credential lists the non-ip key sources of all chains, in order: the first that
+	// yields a value is the request's API key for the plan lookup.
+	credential  []keySource
+	byPlan      bool // some rule matches by plan
+	defaultPlan string
+	legacy      bool
+	v4, v6      int
+	trusted     []netip.Prefix
+
+	// policyFields caches the RateLimit-Policy value per set of matched enforced rules
+	// (a bit mask over policies): it is stable, so it is built once.
+	policyFields sync.Map // uint64 → []string
+}
+
+// rule is one compiled policy.
+type rule struct {
+	name       string
+	lim        *limiter.Policy
+	hdr        headers.Policy
+	shadow     bool
+	unit       string
+	pathPrefix string
+	methods    []string
+	host       string
+	plan       string
+	chain      int
+	bit        uint64
+}
+
+// maxPolicies bounds the policies of one configuration (a request's matched set is a
+// 64-bit mask).
+const maxPolicies = 64
+
+// compileRules turns the configuration's policies into rules. prev, if not nil, is the
+// rule set being replaced: a policy whose name and parameters did not change keeps its
+// limiter.Policy, so its counters and clients' state carry over a reload.
+func compileRules(cfg *Config, prev *rules) (*rules, error) {
+	if len(cfg.Policies) > maxPolicies {
+		return nil, fmt.Errorf("edge: at most %d policies", maxPolicies)
+	}
+	rs := &rules{
+		defaultPlan: cfg.Keys.DefaultPlan,
+		legacy:      cfg.LegacyHeaders,
+		v4:          cfg.IP.IPv4Prefix,
+		v6:          cfg.IP.IPv6Prefix,
+		trusted:     cfg.TrustedProxyPrefixes(),
+	}
+	chainIndex := map[string]int{}
+	seenCred := map[keySource]bool{}
+	for i, p := range cfg.Policies {
+		lp := limiter.Policy{
+			Name:      p.Name,
+			Algorithm: limiter.Algorithm(p.Algorithm),
+			Quota:     p.Quota,
+			Window:    p.Window,
+			MaxDelay:  p.MaxDelay,
+		}
+		if p.Mode == "shadow" {
+			// Shadow state is its own: a shadow policy never shares units with an
+			// enforced one of the same name.
+			lp.Name = "shadow:" + p.Name
+		}
+		lim, err := limiter.NewPolicy(lp)
+		if err != nil {
+			return nil, fmt.Errorf("edge: policies[%d] (%s): %w", i, p.Name, err)
+		}
+		if prev != nil {
+			for _, old := range prev.policies {
+				if old.lim.Name == lim.Name && old.lim.Algorithm == lim.Algorithm && old.lim.Quota == lim.Quota &&
+					old.lim.Window == lim.Window && old.lim.MaxDelay == lim.MaxDelay {
+					lim = old.lim
+				}
+			}
+		}
+		key := strings.Join(p.Key, ",")
+		ci, ok := chainIndex[key]
+		if !ok {
+			ci = len(rs.chains)
+			chainIndex[key] = ci
+			var chain []keySource
+			for _, k := range p.Key {
+				ks := parseKeySource(k)
+				chain = append(chain, ks)
+				if ks.kind != "ip" && !seenCred[ks] {
+					seenCred[ks] = true
+					rs.credential = append(rs.credential, ks)
+				}
+			}
+			rs.chains = append(rs.chains, chain)
+		}
+		var methods []string
+		for _, m := range p.Match.Methods {
+			methods = append(methods, strings.ToUpper(m))
+		}
+		r := &rule{
+			name:       p.Name,
+			lim:        lim,
+			hdr:        headers.Policy{Name: p.Name, Quota: p.Quota, Window: p.Window, Unit: headers.Unit(p.Unit)},
+			shadow:     p.Mode == "shadow",
+			unit:       p.Unit,
+			pathPrefix: p.Match.PathPrefix,
+			methods:    methods,
+			host:       strings.ToLower(p.Match.Host),
+			plan:       p.Match.Plan,
+			chain:      ci,
+			bit:        1 << i,
+		}
+		if r.unit == "concurrent-requests" {
+			r.hdr.Window = 0
+		}
+		if r.plan != "" {
+			rs.byPlan = true
+		}
+		rs.policies = append(rs.policies, r)
+	}
+	// Every policy set's field must serialize: check the whole set once.
+	all := make([]headers.Policy, len(rs.policies))
+	for i, r := range rs.policies {
+		all[i] = r.hdr
+	}
+	if _, err := headers.PolicyField(all); err != nil && len(all) > 0 {
+		return nil, fmt.Errorf("edge: policies: %w", err)
+	}
+	return rs, nil
+}
+
+// matches reports whether r applies to the request.
+func (r *rule) matches(req *http.Request, host, plan string) bool {
+	if r.pathPrefix != "" && !strings.HasPrefix(req.URL.Path, r.pathPrefix) {
+		return false
+	}
+	if len(r.methods) > 0 && !slices.Contains(r.methods, req.Method) {
+		return false
+	}
+	if r.host != "" && r.host != host {
+		return false
+	}
+	return r.plan == "" || r.plan == plan
+}
+
+// policyField returns the RateLimit-Policy field value for the enforced rules in mask.
+func (rs *rules) policyField(mask uint64) []string {
+	if v, ok := rs.policyFields.Load(mask); ok {
+		return v.([]string)
+	}
+	var ps []headers.Policy
+	for _, r := range rs.policies {
+		if mask&r.bit != 0 {
+			ps = append(ps, r.hdr)
+		}
+	}
+	f, _ := headers.PolicyField(ps) // validated in compileRules
+	v := []string{f}
+	rs.policyFields.Store(mask, v)
+	return v
+}
+
+// decision is the per-request scratch space of enforce, pooled.
+type decision struct {
+	reqs   []limiter.Request
+	rules  []*rule
+	shadow []limiter.Request
+	// shadowHeld reports whether the shadow batch was admitted, so that its
+	// concurrency units are held and must be given back.
+	shadowHeld bool
+	out        []limiter.Decision
+	limits []headers.Limit
+	keys   []limiter.Key
+	keyOK  []bool
+	buf    []byte
+}
+
+var decisionPool = sync.Pool{New: func() any {
+	return &decision{
+		reqs: make([]limiter.Request, 0, 8), rules: make([]*rule, 0, 8), shadow: make([]limiter.Request, 0, 8),
+		out: make([]limiter.Decision, 0, 16), limits: make([]headers.Limit, 0, 8), buf: make([]byte, 0, 256),
+	}
+}}
+
+// enforce decides every policy that matches the request — all enforced ones together,
+// all-or-nothing, then the shadow ones on their own — and answers 429 when an enforced
+// policy denies. Responses of limited routes carry RateLimit-Policy and RateLimit.
+func (s *Server) enforce(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rs := s.rules.Load()
+		if len(rs.policies) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		d := decisionPool.Get().(*decision)
+		defer decisionPool.Put(d)
+		if !s.decide(w, r, rs, d) {
+			return
+		}
+		// Concurrency units are held until the response ends or the client goes away.
+		if hasConcurrency(d.reqs) {
+			defer s.store.Release(context.WithoutCancel(r.Context()), d.reqs)
+		}
+		if d.shadowHeld && hasConcurrency(d.shadow) {
+			defer s.store.Release(context.WithoutCancel(r.Context()), d.shadow)
+		}
+		if charge := s.bodyCharge(r, rs, d); charge != nil {
+			r = r.WithContext(context.WithValue(r.Context(), bodyChargeKey{}, charge))
+			r.Body = charge
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// decide runs the decision for one request and writes the fields. It returns false when
+// it has answered the request itself (429, 400, or a client gone while delayed).
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *decision) bool {
+	d.reqs, d.rules, d.shadow, d.out, d.limits = d.reqs[:0], d.rules[:0], d.shadow[:0], d.out[:0], d.limits[:0]
+	d.keys, d.keyOK, d.shadowHeld = d.keys[:0], d.keyOK[:0], false
+	for range rs.chains {
+		d.keys = append(d.keys, limiter.Key{})
+		d.keyOK = append(d.keyOK, false)
+	}
+
+	plan := rs.defaultPlan
+	if rs.byPlan {
+		for _, ks := range rs.credential {
+			if v, ok := ks.value(r); ok {
+				if validKey(v) {
+					if p, ok := s.plans.Load().byKey[s.hasher.key('k', v)]; ok {
+						plan = p
+					}
+				}
+				break
+			}
+		}
+	}
+	host := r.Host
+	if h, _, ok := strings.Cut(host, ":"); ok && !strings.HasPrefix(host, "[") {
+		host = h
+	}
+	host = strings.ToLower(host)
+
+	var mask uint64
+	for _, ru := range rs.policies {
+		if !ru.matches(r, host, plan) {
+			continue
+		}
+		if !d.keyOK[ru.chain] {
+			k, err := s.clientKey(r, rs, rs.chains[ru.chain])
+			if err != nil {
+				writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error())
+				return false
+			}
+			d.keys[ru.chain], d.keyOK[ru.chain] = k, true
+		}
+		req := limiter.Request{Policy: ru.lim, Key: d.keys[ru.chain], Cost: 1}
+		if ru.unit == "content-bytes" {
+			req.Cost = max(r.ContentLength, 0)
+		}
+		if ru.shadow {
+			d.shadow = append(d.shadow, req)
+			continue
+		}
+		d.reqs = append(d.reqs, req)
+		d.rules = append(d.rules, ru)
+		mask |= ru.bit
+	}
+	if len(d.reqs) == 0 && len(d.shadow) == 0 {
+		return true
+	}
+
+	now := time.Now()
+	ctx := r.Context()
+	out, allowed, err := s.store.Decide(ctx, now, d.reqs, d.out)
+	if err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter could not decide")
+		return false
+	}
+	if len(d.shadow) > 0 {
+		// Shadow policies are charged on their own and never deny.
+		var err error
+		out, d.shadowHeld, err = s.store.Decide(ctx, now, d.shadow, out)
+		d.shadowHeld = d.shadowHeld && err == nil
+	}
+	d.out = out
+
+	var delay time.Duration
+	if len(d.reqs) > 0 {
+		h := w.Header()
+		h[headers.PolicyFieldName] = rs.policyField(mask)
+		for i, ru := range d.rules {
+			dec := &out[i]
+			k := d.reqs[i].Key
+			d.limits = append(d.limits, headers.Limit{
+				Name:         ru.name,
+				Remaining:    dec.Remaining,
+				Reset:        dec.ResetAfter,
+				Concurrency:  ru.unit == "concurrent-requests",
+				PartitionKey: k[:8],
+			})
+			delay = max(delay, dec.Delay)
+		}
+		d.buf = headers.AppendLimitField(d.buf[:0], d.limits)
+		h[headers.LimitFieldName] = []string{string(d.buf)}
+		if rs.legacy {
+			i := headers.Closest(d.limits)
+			headers.SetLegacy(h, d.rules[i].hdr.Quota, d.limits[i])
+		}
+	}
+	if !allowed {
+		s.releaseShadow(ctx, d)
+		s.deny(w, d)
+		return false
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			s.store.Release(context.WithoutCancel(ctx), d.reqs)
+			s.releaseShadow(ctx, d)
+			return false
+		}
+	}
+	return true
+}
+
+// releaseShadow gives back the shadow batch's concurrency units if it holds any.
+func (s *Server) releaseShadow(ctx context.Context, d *decision) {
+	if d.shadowHeld {
+		s.store.Release(context.WithoutCancel(ctx), d.shadow)
+		d.shadowHeld = false
+	}
+}
+
+// deny answers 429 with Retry-After and a problem document naming the violated
+// policies.
+func (s *Server) deny(w http.ResponseWriter, d *decision) {
+	var retry time.Duration
+	var violated []string
+	var denying []headers.Limit
+	for i, ru := range d.rules {
+		dec := &d.out[i]
+		if dec.Allowed {
+			continue
+		}
+		violated = append(violated, ru.name)
+		denying = append(denying, d.limits[i])
+		ra := dec.RetryAfter
+		if ra == limiter.Never {
+			// The request can never fit (e.g. a body larger than the quota): a window
+			// from now is as good an answer as any, and the detail says why.
+			ra = max(ru.lim.Window, time.Second)
+		}
+		retry = max(retry, ra)
+	}
+	retry = headers.RetryAfter(denying, retry)
+	h := w.Header()
+	h[headers.RetryAfterFieldName] = []string{string(headers.AppendRetryAfter(nil, retry))}
+	h["Content-Type"] = []string{headers.ProblemContentType}
+	h["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(headers.AppendQuotaExceeded(nil, "quota exceeded for policy "+strings.Join(violated, ", "), violated))
+}
+
+// clientKey resolves a chain: the first source that yields a value.
+func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource) (limiter.Key, error) {
+	for _, ks := range chain {
+		if ks.kind == "ip" {
+			return s.hasher.ipKey(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6)), nil
+		}
+		if v, ok := ks.value(r); ok {
+			if !validKey(v) {
+				return limiter.Key{}, errBadKey
+			}
+			return s.hasher.key('k', v), nil
+		}
+	}
+	// A chain without ip that yields nothing: every such request is one anonymous
+	// client of that policy, keyed apart from any real key.
+	return s.hasher.key('a', ""), nil
+}
+
+func hasConcurrency(reqs []limiter.Request) bool {
+	for i := range reqs {
+		if reqs[i].Policy.Algorithm == limiter.Concurrency {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyChargeKey is the context key under which a request's bodyCharge travels, so the
+// origin can tell a quota cut-off from a broken upload.
+type bodyChargeKey struct{}
+
+// bodyCharge charges a request body of unknown length to its content-bytes policies as
+// it is read; once quota runs out the read fails.
+type bodyCharge struct {
+	io.ReadCloser
+	s      *Server
+	ctx    context.Context
+	reqs   []limiter.Request
+	out    []limiter.Decision
+	denied atomic.Bool
+}
+
+// errBodyQuota ends a body read that crossed a content-bytes quota.
+var errBodyQuota = fmt.Errorf("edge: request body exceeds the content-bytes quota")
+
+// bodyCharge returns the charging wrapper for r's body, or nil when nothing is charged
+// as it streams (no content-bytes policy, or a known Content-Length charged up front).
+func (s *Server) bodyCharge(r *http.Request, rs *rules, d *decision) *bodyCharge {
+	if r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var reqs []limiter.Request
+	for i, ru := range d.rules {
+		if ru.unit == "content-bytes" {
+			reqs = append(reqs, d.reqs[i])
+		}
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	return &bodyCharge{ReadCloser: r.Body, s: s, ctx: context.WithoutCancel(r.Context()), reqs: reqs}
+}
+
+func (b *bodyCharge) Read(p []byte) (int, error) {
+	if b.denied.Load() {
+		return 0, errBodyQuota
+	}
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		for i := range b.reqs {
+			b.reqs[i].Cost = int64(n)
+		}
+		var allowed bool
+		var derr error
+		b.out, allowed, derr = b.s.store.Decide(b.ctx, time.Now(), b.reqs, b.out[:0])
+		if derr != nil || !allowed {
+			b.denied.Store(true)
+			return 0, errBodyQuota
+		}
+	}
+	return n, err
+}
+
+// bodyQuotaExceeded reports whether r's body was cut off by a content-bytes quota.
+func bodyQuotaExceeded(r *http.Request) bool {
+	bc, ok := r.Context().Value(bodyChargeKey{}).(*bodyCharge)
+	return ok && bc.denied.Load()
+}
+
+// writeBodyQuota answers a request whose streamed body crossed its quota.
+func writeBodyQuota(w http.ResponseWriter, r *http.Request) {
+	bc := r.Context().Value(bodyChargeKey{}).(*bodyCharge)
+	var violated []string
+	retry := time.Second
+	for i := range bc.reqs {
+		violated = append(violated, bc.reqs[i].Policy.Name)
+		if i < len(bc.out) && !bc.out[i].Allowed && bc.out[i].RetryAfter != limiter.Never {
+			retry = max(retry, bc.out[i].RetryAfter)
+		}
+	}
+	h := w.Header()
+	h[headers.RetryAfterFieldName] = []string{strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10)}
+	h["Content-Type"] = []string{headers.ProblemContentType}
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(headers.AppendQuotaExceeded(nil, "the request body crossed the content-bytes quota", violated))
+}

@@ -1,0 +1,179 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// sourceClient speaks proto from the loopback address src (127.0.0.2 …), so a test can
+// play several clients. Every call opens new connections unless keep is set.
+type sourceClient struct {
+	t     testing.TB
+	src   string
+	proto string
+	tr    *quic.Transport
+}
+
+func newSourceClient(t testing.TB, proto, src string) *sourceClient {
+	c := &sourceClient{t: t, src: src, proto: proto}
+	if proto == "h3" {
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.tr = &quic.Transport{Conn: udp}
+		t.Cleanup(func() { c.tr.Close(); udp.Close() })
+	}
+	return c
+}
+
+// dial opens one connection to addr and returns a client bound to it, or the dial error.
+func (c *sourceClient) dial(addr string) (*http.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if c.proto == "h3" {
+		conn, err := c.tr.Dial(ctx, mustUDPAddr(addr), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
+		if err != nil {
+			return nil, err
+		}
+		c.t.Cleanup(func() { conn.CloseWithError(0, "") })
+		cc := (&http3.Transport{}).NewClientConn(conn)
+		return &http.Client{Transport: cc, Timeout: 5 * time.Second}, nil
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(c.src)}}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	c.t.Cleanup(func() { tc.Close() })
+	used := false
+	tr := &http.Transport{
+		Protocols: new(http.Protocols),
+		DialTLSContext: func(context.Context, string, string) (net.Conn, error) {
+			if used {
+				return nil, errors.New("one connection only")
+			}
+			used = true
+			return tc, nil
+		},
+	}
+	tr.Protocols.SetHTTP2(true)
+	return &http.Client{Transport: tr, Timeout: 5 * time.Second}, nil
+}
+
+func mustUDPAddr(s string) *net.UDPAddr {
+	a, err := net.ResolveUDPAddr("udp", s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+func TestConnectionBudget(t *testing.T) {
+	e := startEdge(t, func(c *Config) {
+		c.IP.Connections = Rate{Rate: 0.001, Burst: 3} // three, then practically none
+	})
+	for _, proto := range []string{"h3", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			src := "127.0.0.2"
+			if proto == "h2" {
+				src = "127.0.0.3"
+			}
+			attacker := newSourceClient(t, proto, src)
+			refused := 0
+			for range 6 {
+				if _, err := attacker.dial(e.Addr().String()); err != nil {
+					var te *quic.TransportError
+					if proto == "h3" && !(errors.As(err, &te) && te.ErrorCode == quic.ConnectionRefused) {
+						t.Errorf("h3 refusal: %v, want CONNECTION_REFUSED", err)
+					}
+					refused++
+				}
+			}
+			if refused != 3 {
+				t.Errorf("%d of 6 connections refused, want 3", refused)
+			}
+			// Another source is unaffected.
+			other := newSourceClient(t, proto, "127.0.0.9")
+			c, err := other.dial(e.Addr().String())
+			if err != nil {
+				t.Fatalf("neighbour refused: %v", err)
+			}
+			resp, err := c.Get(e.url + "/")
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("neighbour: %v %v", resp, err)
+			}
+			resp.Body.Close()
+		})
+	}
+}
+
+func TestStreamBudget(t *testing.T) {
+	e := startEdge(t, func(c *Config) {
+		c.IP.Streams = Rate{Rate: 0.001, Burst: 5}
+		c.Policies = []Policy{{Name: "p", Key: []string{"ip"}, Quota: 1000, Window: time.Minute}}
+	})
+	pol := func() uint64 { st := e.rules.Load().policies[0].lim.Stats(); return st.Allowed + st.Denied }
+	for i, proto := range []string{"h3", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			src := []string{"127.0.0.4", "127.0.0.5"}[i]
+			c, err := newSourceClient(t, proto, src).dial(e.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := pol()
+			ok, rejected := 0, 0
+			for range 8 {
+				resp, err := c.Get(e.url + "/")
+				switch {
+				case err != nil:
+					var se *http3.Error
+					if proto == "h3" && errors.As(err, &se) && se.ErrorCode == http3.ErrCodeRequestRejected {
+						rejected++
+					} else {
+						t.Errorf("%s: %v", proto, err)
+					}
+				case resp.StatusCode == 200:
+					ok++
+					resp.Body.Close()
+				case resp.StatusCode == 429:
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.Header.Get("RateLimit") != "" || string(body) != string(tooManyStreams) {
+						t.Errorf("stream refusal is not the prebuilt 429: %q %s", resp.Header, body)
+					}
+					rejected++
+				}
+			}
+			if ok != 5 || rejected != 3 {
+				t.Errorf("%d served, %d refused; want 5 and 3", ok, rejected)
+			}
+			if evaluated := pol() - before; evaluated != 5 {
+				t.Errorf("the policy decided %d requests, want 5: refused streams must not reach it", evaluated)
+			}
+			other, err := newSourceClient(t, proto, "127.0.0.10").dial(e.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := other.Get(e.url + "/"); err != nil || resp.StatusCode != 200 {
+				t.Errorf("neighbour: %v %v", resp, err)
+			} else {
+				resp.Body.Close()
+			}
+		})
+	}
+}
