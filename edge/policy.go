@@ -188,10 +188,10 @@ type decision struct {
 	// concurrency units are held and must be given back.
 	shadowHeld bool
 	out        []limiter.Decision
-	limits []headers.Limit
-	keys   []limiter.Key
-	keyOK  []bool
-	buf    []byte
+	limits     []headers.Limit
+	keys       []limiter.Key
+	keyOK      []bool
+	buf        []byte
 }
 
 var decisionPool = sync.Pool{New: func() any {

@@ -57,11 +57,11 @@ const ErrCodeExcessiveLoad quic.ApplicationErrorCode = 0x107
 // thus cannot evict real state or grow the table, and it cannot drain the budget of
 // newcomers that proved their address.
 type Guard struct {
-	cfg    Config
-	lim    atomic.Pointer[limits] // swapped by SetLimits
-	tab    *table
-	epoch  time.Time
-	now    func() time.Time
+	cfg   Config
+	lim   atomic.Pointer[limits] // swapped by SetLimits
+	tab   *table
+	epoch time.Time
+	now   func() time.Time
 
 	handshakes window
 
