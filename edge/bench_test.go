@@ -6,10 +6,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/quicconn"
 )
 
 // BenchmarkThroughput compares small GETs through h3edge (demo origin) with a bare
@@ -25,6 +29,10 @@ func BenchmarkThroughput(b *testing.B) {
 		})
 		b.Run(proto+"/edge", func(b *testing.B) {
 			e := startEdge(b, nil)
+			drive(b, clientFor(b, proto), e.url+"/")
+		})
+		b.Run(proto+"/edge-3policies", func(b *testing.B) {
+			e := startEdge(b, withPolicies(benchPolicies...))
 			drive(b, clientFor(b, proto), e.url+"/")
 		})
 	}
@@ -94,3 +102,66 @@ func appendInt(b []byte, n int) []byte {
 	}
 	return append(b, byte('0'+n%10))
 }
+
+// benchPolicies are three local policies that never deny, so every request pays for
+// the whole decision and its fields.
+var benchPolicies = []Policy{
+	{Name: "burst", Key: []string{"header:X-API-Key", "ip"}, Quota: 1 << 40, Window: time.Second},
+	{Name: "daily", Key: []string{"header:X-API-Key", "ip"}, Algorithm: "fixed_window", Quota: 1 << 40, Window: 24 * time.Hour},
+	{Name: "per-ip", Key: []string{"ip"}, Algorithm: "sliding_window", Quota: 1 << 40, Window: time.Minute},
+}
+
+// BenchmarkChain measures the middleware alone — everything a request passes through
+// before the origin — with no policies and with three local policies:
+//
+//	go test ./edge -run '^$' -bench Chain -benchmem -cpu 1,2
+func BenchmarkChain(b *testing.B) {
+	for _, tt := range []struct {
+		name     string
+		policies []Policy
+	}{{"none", nil}, {"three", benchPolicies}} {
+		b.Run(tt.name, func(b *testing.B) {
+			cfg := Default()
+			cfg.Listen = "127.0.0.1:0"
+			cfg.IP = roomyIP
+			cfg.Policies = tt.policies
+			cfg.ApplyDefaults()
+			if err := cfg.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Unlimited per-source budgets: the benchmark is one source.
+			if err := s.guard.SetLimits(quicconn.Config{ConnRate: -1, StreamRate: -1, MaxConnections: -1,
+				MaxTracked: cfg.IP.MaxTracked}); err != nil {
+				b.Fatal(err)
+			}
+			h := s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := httptest.NewRequest("GET", "https://api.example/v1/items", nil)
+				r.RemoteAddr = "192.0.2.7:40000"
+				r.Header.Set("X-API-Key", "k-000042")
+				w := &discardWriter{h: http.Header{}}
+				for pb.Next() {
+					clear(w.h)
+					h.ServeHTTP(w, r)
+					if w.code != 200 {
+						b.Fatalf("status %d", w.code)
+					}
+				}
+			})
+		})
+	}
+}
+
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }

@@ -34,8 +34,8 @@ func (s *Server) track(next http.Handler) http.Handler {
 func (s *Server) altSvc(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor < 3 {
-			if v := *s.altSvcValue.Load(); v != nil {
-				w.Header()["Alt-Svc"] = v
+			if v := s.altSvcValue.Load(); v != nil && *v != nil {
+				w.Header()["Alt-Svc"] = *v
 			}
 		}
 		next.ServeHTTP(w, r)
