@@ -22,6 +22,10 @@ type Config struct {
 	// Upstream is the origin's base URL (http or https). If empty, the built-in demo
 	// origin answers.
 	Upstream string `yaml:"upstream"`
+	// UpstreamTimeout bounds the wait for the upstream's response header; past it the
+	// client gets 504. If zero, 30s is used; at most 10m. (Not in DESIGN.md §4: added
+	// because a 504 needs a bound an operator can set.)
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
 	// TrustedProxies lists CIDR prefixes (or single addresses) whose X-Forwarded-For and
 	// Forwarded fields are believed. If empty, no forwarded field is believed.
 	// See TrustedProxyPrefixes.

@@ -14,6 +14,7 @@ import (
 const (
 	defaultListen          = ":8443"
 	defaultShutdownTimeout = 10 * time.Second
+	defaultUpstreamTimeout = 30 * time.Second
 	defaultRedisTimeout    = 10 * time.Millisecond
 	defaultAdminListen     = "127.0.0.1:9090"
 	defaultPlan            = "anonymous"
@@ -27,6 +28,7 @@ const (
 func (c *Config) ApplyDefaults() {
 	c.Listen = cmp.Or(c.Listen, defaultListen)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, defaultShutdownTimeout)
+	c.UpstreamTimeout = cmp.Or(c.UpstreamTimeout, defaultUpstreamTimeout)
 	if c.Redis != nil {
 		c.Redis.Timeout = cmp.Or(c.Redis.Timeout, defaultRedisTimeout)
 	}

@@ -286,6 +286,7 @@ func (c *Config) problems() []FieldError {
 		k.add("alt_svc", `must be an Alt-Svc field value such as 'h3=":8443"; ma=86400', or "" to send none (got %q)`, *c.AltSvc)
 	}
 	k.duration("shutdown_timeout", c.ShutdownTimeout, 10*time.Minute)
+	k.duration("upstream_timeout", c.UpstreamTimeout, 10*time.Minute)
 	if c.Upstream != "" {
 		k.url("upstream", c.Upstream, upstreamSchemes, "http://127.0.0.1:9000")
 	}

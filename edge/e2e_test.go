@@ -304,6 +304,23 @@ func TestUpstreamUnreachable(t *testing.T) {
 	}
 }
 
+func TestUpstreamTimeout(t *testing.T) {
+	up, _ := slowUpstream(t, 5*time.Second)
+	e := startEdge(t, func(c *Config) { c.Upstream = up.URL; c.UpstreamTimeout = 200 * time.Millisecond })
+	for _, p := range protos {
+		t.Run(p.name, func(t *testing.T) {
+			start := time.Now()
+			resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/slow", nil, nil)
+			if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), `"status":504`) {
+				t.Errorf("status %d %s, want 504 problem", resp.StatusCode, body)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("504 after %v, want about the 200 ms budget", d)
+			}
+		})
+	}
+}
+
 // TestServerSentEventsStream checks that events cross the proxy one by one: each arrives
 // about 100 ms after the previous one, not all at once when the stream ends.
 func TestServerSentEventsStream(t *testing.T) {

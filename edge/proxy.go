@@ -22,7 +22,7 @@ func buildOrigin(cfg *Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: upstream: %w", err)
 	}
-	return newProxy(u, cfg.TrustedProxyPrefixes(), cfg.upstreamTimeout()), nil
+	return newProxy(u, cfg.TrustedProxyPrefixes(), cfg.UpstreamTimeout), nil
 }
 
 // newProxy returns a reverse proxy to target. Forwarded fields are rebuilt from the real
@@ -83,10 +83,6 @@ func joinComma(vs []string) string {
 	}
 	return out
 }
-
-// upstreamTimeout bounds the wait for the upstream's response header; past it the client
-// gets 504.
-func (c *Config) upstreamTimeout() time.Duration { return 30 * time.Second }
 
 func viaValue(r *http.Request) string {
 	switch r.ProtoMajor {
