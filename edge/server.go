@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,8 +61,12 @@ type Server struct {
 	hasher hasher
 	plans  atomic.Pointer[plans]
 
-	// guard holds the per-source transport budgets (ip:).
-	guard *quicconn.Guard
+	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
+	// connections (*slotConn), so a ban can close them; refusedTCP counts refusals at
+	// accept.
+	guard      *quicconn.Guard
+	tcpConns   sync.Map
+	refusedTCP refusedTCP
 
 	tcpLn   net.Listener
 	udpConn *net.UDPConn
@@ -126,6 +131,9 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	}))
 	return s, nil
 }
+
+// banned reports whether addr's source is in the penalty box.
+func (s *Server) banned(addr netip.Addr) bool { return false }
 
 // config returns the configuration in force.
 func (s *Server) config() *Config { return s.cfg.Load() }
@@ -289,7 +297,7 @@ func (s *Server) Serve() error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
 	go func() {
-		errc <- s.h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, g: s.guard}, s.h12.TLSConfig))
+		errc <- s.h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, s.h12.TLSConfig))
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -39,7 +40,7 @@ func guardConfig(c IPConfig) quicconn.Config {
 // any TLS work, and counts open ones against the source's cap.
 type guardedListener struct {
 	net.Listener
-	g *quicconn.Guard
+	s *Server
 }
 
 func (l guardedListener) Accept() (net.Conn, error) {
@@ -52,29 +53,72 @@ func (l guardedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return c, nil
 		}
-		slot, err := l.g.Admit(ap.Addr().Unmap(), time.Now())
-		if err != nil {
-			// SO_LINGER 0: a RST, no FIN handshake to wait for.
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-			c.Close()
+		addr := ap.Addr().Unmap()
+		if l.s.banned(addr) {
+			l.s.refusedTCP.banned.Add(1)
+			reset(c)
 			continue
 		}
-		return &slotConn{Conn: c, slot: slot}, nil
+		slot, err := l.s.guard.Admit(addr, time.Now())
+		if err != nil {
+			if err == quicconn.ErrMaxConns {
+				l.s.refusedTCP.maxConns.Add(1)
+			} else {
+				l.s.refusedTCP.rate.Add(1)
+			}
+			reset(c)
+			continue
+		}
+		sc := &slotConn{Conn: c, slot: slot, addr: addr, conns: &l.s.tcpConns}
+		l.s.tcpConns.Store(sc, struct{}{})
+		return sc, nil
 	}
 }
 
-// slotConn gives its source's connection slot back when closed.
+// reset closes c with a RST (SO_LINGER 0): no FIN handshake to wait for.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// refusedTCP counts TCP connections closed at accept, by reason.
+type refusedTCP struct {
+	banned, rate, maxConns atomic.Uint64
+}
+
+// slotConn gives its source's connection slot back when closed and leaves the registry
+// of open TCP connections that kickTCP searches.
 type slotConn struct {
 	net.Conn
-	slot *quicconn.Slot
-	once sync.Once
+	slot  *quicconn.Slot
+	addr  netip.Addr
+	conns *sync.Map
+	once  sync.Once
 }
 
 func (c *slotConn) Close() error {
-	c.once.Do(c.slot.Release)
+	c.once.Do(func() {
+		c.slot.Release()
+		c.conns.Delete(c)
+	})
 	return c.Conn.Close()
+}
+
+// kickTCP closes the open TCP connections of sources in p (a new ban) and returns how
+// many it closed. Bans are rare; the walk is over open connections only.
+func (s *Server) kickTCP(p netip.Prefix) int {
+	n := 0
+	s.tcpConns.Range(func(k, _ any) bool {
+		if c := k.(*slotConn); p.Contains(c.addr) {
+			reset(c.Conn)
+			c.Close()
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // tooManyStreams is the prebuilt answer to an HTTP/1.1 or HTTP/2 request over its
