@@ -84,7 +84,6 @@ func sorted(errs []FieldError) ValidationError {
 // lands.
 var notYet = []string{
 	"redis",
-	"abuse",
 	"admin",
 }
 

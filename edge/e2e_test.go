@@ -47,7 +47,7 @@ func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	}
 	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
 	s, err := New(cfg, Options{Logger: log, CertCacheDir: certCache(t)})
 	if err != nil {

@@ -330,6 +330,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	if !allowed {
 		s.releaseShadow(ctx, d)
 		s.deny(w, d)
+		s.reject(r, now)
 		return false
 	}
 	if delay > 0 {

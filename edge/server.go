@@ -67,6 +67,9 @@ type Server struct {
 	guard      *quicconn.Guard
 	tcpConns   sync.Map
 	refusedTCP refusedTCP
+	// box is the penalty box (abuse:): sources rejected too often are banned and
+	// dropped at the cheapest layer.
+	box *limiter.PenaltyBox
 
 	tcpLn   net.Listener
 	udpConn *net.UDPConn
@@ -118,7 +121,10 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if err := s.initQuota(opts); err != nil {
 		return nil, err
 	}
-	if s.guard, err = newGuard(cfg.IP, nil); err != nil {
+	if s.box, err = newPenaltyBox(cfg, s.onBan); err != nil {
+		return nil, err
+	}
+	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
 	origin, err := buildOrigin(cfg)
@@ -133,7 +139,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 }
 
 // banned reports whether addr's source is in the penalty box.
-func (s *Server) banned(addr netip.Addr) bool { return false }
+func (s *Server) banned(addr netip.Addr) bool { return s.box.Banned(addr) }
 
 // config returns the configuration in force.
 func (s *Server) config() *Config { return s.cfg.Load() }

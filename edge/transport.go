@@ -11,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -19,6 +20,36 @@ func newGuard(c IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error)
 	gc := guardConfig(c)
 	gc.Banned = banned
 	return quicconn.New(gc)
+}
+
+// newPenaltyBox builds the penalty box of the abuse: section; onBan runs for every new
+// ban made on this edge.
+func newPenaltyBox(cfg *Config, onBan func(limiter.Ban)) (*limiter.PenaltyBox, error) {
+	return limiter.NewPenaltyBox(limiter.PenaltyConfig{
+		Rejections: cfg.Abuse.Rejections,
+		Within:     cfg.Abuse.Within,
+		Ban:        cfg.Abuse.Ban,
+		MaxBan:     cfg.Abuse.MaxBan,
+		IPv4Prefix: cfg.IP.IPv4Prefix,
+		IPv6Prefix: cfg.IP.IPv6Prefix,
+		MaxTracked: cfg.IP.MaxTracked,
+		OnBan:      onBan,
+	})
+}
+
+// onBan drops a newly banned source everywhere it is still connected: its QUIC
+// connections and its TCP connections are closed now; its datagrams, handshakes and
+// accepts are dropped from now on by the checks that read the box.
+func (s *Server) onBan(b limiter.Ban) {
+	quic := s.guard.Kick(b.Prefix)
+	tcp := s.kickTCP(b.Prefix)
+	s.log.Warn("source banned", "prefix", b.Prefix.String(), "until", b.Until.Format(time.RFC3339Nano),
+		"count", b.Count, "reason", b.Reason, "closed_quic", quic, "closed_tcp", tcp)
+}
+
+// reject counts a rejection (429) of the request's source toward a ban.
+func (s *Server) reject(r *http.Request, now time.Time) {
+	s.box.Reject(clientAddr(r, s.rules.Load().trusted), now)
 }
 
 // guardConfig translates the ip: section.
@@ -130,9 +161,18 @@ var tooManyStreams = []byte(`{"type":"about:blank","title":"Too Many Requests","
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
 func (s *Server) streamBudget(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.guard.AllowStream(peerAddr(r), time.Now()) {
+		now := time.Now()
+		peer := peerAddr(r)
+		// A banned source's connections are closed when the ban starts; a request
+		// racing that, or one forwarded by a trusted proxy for a banned client, is
+		// refused here without a policy or a computed field.
+		banned := s.box.Banned(peer) || len(s.rules.Load().trusted) > 0 && s.box.Banned(clientAddr(r, s.rules.Load().trusted))
+		if !banned && s.guard.AllowStream(peer, now) {
 			next.ServeHTTP(w, r)
 			return
+		}
+		if !banned {
+			s.reject(r, now)
 		}
 		if st, ok := w.(http3.HTTPStreamer); ok {
 			if str, err := st.HTTPStream(); err == nil {

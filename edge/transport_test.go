@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -175,5 +176,85 @@ func TestStreamBudget(t *testing.T) {
 				resp.Body.Close()
 			}
 		})
+	}
+}
+
+func TestPenaltyBoxEndToEnd(t *testing.T) {
+	e := startEdge(t, func(c *Config) {
+		c.Abuse = AbuseConfig{Rejections: 5, Within: 10 * time.Second, Ban: 500 * time.Millisecond, MaxBan: 4 * time.Second}
+		c.Policies = []Policy{{Name: "per-ip", Key: []string{"ip"}, Quota: 2, Window: time.Second}}
+	})
+	addr := e.Addr().String()
+	attacker := netip.MustParseAddr("127.0.0.20")
+	neighbour, err := newSourceClient(t, "h3", "127.0.0.21").dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// earnBan sends requests over h3 from the attacker until its connection is closed
+	// by the ban, and returns when the ban started.
+	earnBan := func() time.Time {
+		t.Helper()
+		c, err := newSourceClient(t, "h3", attacker.String()).dial(addr)
+		if err != nil {
+			t.Fatalf("attacker dial: %v", err)
+		}
+		for range 50 {
+			resp, err := c.Get(e.url + "/")
+			if err != nil {
+				break // kicked: the ban closed the connection
+			}
+			resp.Body.Close()
+		}
+		if !e.box.Banned(attacker) {
+			t.Fatal("the attacker was not banned")
+		}
+		bans := e.box.List(time.Now())
+		return bans[0].Until
+	}
+	firstUntil := earnBan()
+	firstLen := time.Until(firstUntil)
+
+	// Banned: handshakes go unanswered, TCP closes before TLS, the neighbour is served.
+	dropped := e.guard.Stats().DroppedBanned
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	udp, _ := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.20")})
+	tr := &quic.Transport{Conn: udp}
+	_, err = tr.Dial(ctx, mustUDPAddr(addr), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}, &quic.Config{})
+	cancel()
+	tr.Close()
+	udp.Close()
+	if err == nil {
+		t.Error("a banned source completed a QUIC handshake")
+	}
+	if e.guard.Stats().DroppedBanned <= dropped {
+		t.Error("dropped-datagram counter did not rise")
+	}
+	if _, err := newSourceClient(t, "h2", "127.0.0.20").dial(addr); err == nil {
+		t.Error("a banned source completed a TLS handshake over TCP")
+	}
+	resp, err := neighbour.Get(e.url + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("neighbour during the ban: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// After the ban the source is served again (its bucket refilled meanwhile).
+	waitFor(t, 3*time.Second, func() bool { return !e.box.Banned(attacker) })
+	c, err := newSourceClient(t, "h3", "127.0.0.20").dial(addr)
+	if err != nil {
+		t.Fatalf("after the ban: %v", err)
+	}
+	if resp, err := c.Get(e.url + "/"); err != nil {
+		t.Fatalf("after the ban: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A second offence: twice as long.
+	secondUntil := earnBan()
+	secondLen := time.Until(secondUntil)
+	if ratio := float64(secondLen) / float64(firstLen); ratio < 1.6 || ratio > 2.4 {
+		t.Errorf("first ban %v, second %v: want twice as long", firstLen, secondLen)
 	}
 }
