@@ -427,3 +427,11 @@ func waitLog(t testing.TB, p *proc, text string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestExampleConfig keeps the README's example file valid.
+func TestExampleConfig(t *testing.T) {
+	out, err := exec.Command(binary, "validate", "-config", "testdata/example.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
