@@ -84,7 +84,6 @@ func sorted(errs []FieldError) ValidationError {
 // lands.
 var notYet = []string{
 	"redis",
-	"admin",
 }
 
 // unsupported reports the keys of notYet that are set: present in the file, or neither

@@ -38,6 +38,7 @@ func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	// Tests send many requests from 127.0.0.1: the per-source budgets get out of the
 	// way unless a test sets its own.
 	cfg.IP = roomyIP
+	cfg.Admin.Listen = "127.0.0.1:0" // many edges at once: no fixed admin port
 	if mutate != nil {
 		mutate(cfg)
 	}

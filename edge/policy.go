@@ -291,6 +291,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 
 	now := time.Now()
 	ctx := r.Context()
+	if len(d.reqs) > 0 {
+		s.metrics.observeKey(d.reqs[0].Key)
+	} else {
+		s.metrics.observeKey(d.shadow[0].Key)
+	}
 	out, allowed, err := s.store.Decide(ctx, now, d.reqs, d.out)
 	if err != nil {
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter could not decide")
@@ -383,6 +388,10 @@ func (s *Server) deny(w http.ResponseWriter, d *decision) {
 	h["Cache-Control"] = []string{"no-store"}
 	w.WriteHeader(http.StatusTooManyRequests)
 	w.Write(headers.AppendQuotaExceeded(nil, "quota exceeded for policy "+strings.Join(violated, ", "), violated))
+	if ok, suppressed := s.rejectLog.allow(time.Now()); ok {
+		s.log.Info("request refused", "policies", violated, "pk", fmt.Sprintf("%x", d.reqs[0].Key[:8]),
+			"retry_after", retry, "suppressed", suppressed)
+	}
 }
 
 // clientKey resolves a chain: the first source that yields a value.

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -70,6 +71,13 @@ type Server struct {
 	// box is the penalty box (abuse:): sources rejected too often are banned and
 	// dropped at the cheapest layer.
 	box *limiter.PenaltyBox
+
+	// Operations: metrics on their own registry, the admin listener (nil when off),
+	// and the sampler that keeps rejection logs to a few lines per second.
+	registry  *prometheus.Registry
+	metrics   *metrics
+	admin     *adminServer
+	rejectLog *sampler
 
 	tcpLn   net.Listener
 	udpConn *net.UDPConn
@@ -127,6 +135,12 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
+	s.registry = newRegistry()
+	if s.metrics, err = newMetrics(s.registry, s); err != nil {
+		return nil, err
+	}
+	s.metrics.bans = boxBans{s}
+	s.rejectLog = newSampler(10)
 	origin, err := buildOrigin(cfg)
 	if err != nil {
 		return nil, err
@@ -225,7 +239,13 @@ func (s *Server) Listen() error {
 			}
 			return fmt.Errorf("edge: listen udp %s: %w", udpAddr, err)
 		}
-		s.tcpLn, s.udpConn = tcpLn, udpConn
+		adm, err := startAdmin(s.config().Admin, s.adminHandler(s.registry, s.metrics), s.log)
+		if err != nil {
+			tcpLn.Close()
+			udpConn.Close()
+			return err
+		}
+		s.tcpLn, s.udpConn, s.admin = tcpLn, udpConn, adm
 		s.setAltSvc()
 		return nil
 	}
@@ -245,6 +265,10 @@ func (s *Server) setAltSvc() {
 	s.altSvcValue.Store(&field)
 }
 
+// AdminAddr returns the admin listener's address, or nil when it is off. Valid after
+// Listen.
+func (s *Server) AdminAddr() net.Addr { return s.admin.addr() }
+
 // Addr returns the bound address (TCP and UDP share the port). Valid after Listen.
 func (s *Server) Addr() *net.TCPAddr { return s.tcpLn.Addr().(*net.TCPAddr) }
 
@@ -256,29 +280,12 @@ func (s *Server) Serve() error {
 			return err
 		}
 	}
-	s.quicTr = &quic.Transport{
-		Conn:                s.guard.WrapConn(s.udpConn),
-		ConnContext:         s.guard.ConnContext,
-		VerifySourceAddress: s.guard.VerifySourceAddress,
-	}
 	qconf := &quic.Config{
 		Allow0RTT:          true,
 		MaxIdleTimeout:     idleTimeout,
 		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
-	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.tlsConfig()), qconf)
-	if err != nil {
-		return fmt.Errorf("edge: quic listen: %w", err)
-	}
-	s.quicLn = ln
-	s.h3 = &http3.Server{
-		Handler:        s.handler,
-		QUICConfig:     qconf,
-		MaxHeaderBytes: maxHeaderBytes,
-		IdleTimeout:    idleTimeout,
-		Logger:         s.log,
-	}
-	s.h12 = &http.Server{
+	h12 := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -293,17 +300,42 @@ func (s *Server) Serve() error {
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.mu.Lock()
-	closed := s.shutdown
-	s.mu.Unlock()
-	if closed {
+	if s.shutdown {
+		s.mu.Unlock()
 		return http.ErrServerClosed
 	}
+	s.quicTr = &quic.Transport{
+		Conn:                s.guard.WrapConn(s.udpConn),
+		ConnContext:         s.metrics.connContext(s.guard.ConnContext),
+		VerifySourceAddress: s.guard.VerifySourceAddress,
+	}
+	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.tlsConfig()), qconf)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("edge: quic listen: %w", err)
+	}
+	s.quicLn = ln
+	s.h3 = &http3.Server{
+		Handler:        s.handler,
+		QUICConfig:     qconf,
+		MaxHeaderBytes: maxHeaderBytes,
+		IdleTimeout:    idleTimeout,
+		Logger:         s.log,
+	}
+	s.h12 = h12
+	s.mu.Unlock()
 
+	go s.metrics.run(s.done)
+	go func() {
+		if err := s.admin.serve(); !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin listener failed", "error", err)
+		}
+	}()
 	go s.watchPlans(s.done)
 	errc := make(chan error, 2)
 	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
 	go func() {
-		errc <- s.h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, s.h12.TLSConfig))
+		errc <- h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, h12.TLSConfig))
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
@@ -321,12 +353,15 @@ func (s *Server) Serve() error {
 // in-flight requests until ctx ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
-	if s.h3 == nil {
-		return s.closeSockets()
+	s.mu.Lock()
+	h3, h12 := s.h3, s.h12
+	s.mu.Unlock()
+	if h3 == nil {
+		return errors.Join(s.admin.shutdown(ctx), s.closeSockets())
 	}
 	var wg sync.WaitGroup
 	var err3, err12 error
-	wg.Go(func() { err3 = s.h3.Shutdown(ctx) })
+	wg.Go(func() { err3 = h3.Shutdown(ctx) })
 	// HTTP/3 clients may keep a connection open after GOAWAY: once no request is in
 	// flight there is nothing left to wait for, so close what remains.
 	wg.Go(func() {
@@ -339,27 +374,32 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				return
 			}
 		}
-		s.h3.Close()
+		h3.Close()
 	})
-	wg.Go(func() { err12 = s.h12.Shutdown(ctx) })
+	wg.Go(func() { err12 = h12.Shutdown(ctx) })
 	// New QUIC connections are refused from now on; established ones drain above.
 	s.quicLn.Close()
 	wg.Wait()
 	if err12 != nil {
-		s.h12.Close()
+		h12.Close()
 	}
+	// The admin listener goes last, so metrics stay scrapeable while draining.
+	errAdmin := s.admin.shutdown(ctx)
 	s.closeSockets()
-	return errors.Join(err3, err12)
+	return errors.Join(err3, err12, errAdmin)
 }
 
 // Close stops the server at once, aborting in-flight requests.
 func (s *Server) Close() error {
 	s.stop()
+	s.mu.Lock()
+	h3, h12 := s.h3, s.h12
+	s.mu.Unlock()
 	var errs []error
-	if s.h3 != nil {
-		errs = append(errs, s.h3.Close(), s.h12.Close())
+	if h3 != nil {
+		errs = append(errs, h3.Close(), h12.Close())
 	}
-	errs = append(errs, s.closeSockets())
+	errs = append(errs, s.admin.close(), s.closeSockets())
 	return errors.Join(errs...)
 }
 
@@ -380,6 +420,8 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) closeSockets() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
 	if s.quicLn != nil {
 		s.quicLn.Close()

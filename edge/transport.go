@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -174,6 +175,7 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		if !banned {
 			s.reject(r, now)
 		}
+		s.metrics.refusedStream(r.ProtoMajor, reasonRate)
 		if st, ok := w.(http3.HTTPStreamer); ok {
 			if str, err := st.HTTPStream(); err == nil {
 				str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
@@ -187,4 +189,42 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		w.WriteHeader(http.StatusTooManyRequests)
 		w.Write(tooManyStreams)
 	})
+}
+
+// boxBans shows the penalty box to the admin API.
+type boxBans struct{ s *Server }
+
+func toAdminBan(b limiter.Ban) adminBan {
+	return adminBan{Prefix: b.Prefix, Until: b.Until, Reason: b.Reason, Strikes: b.Count}
+}
+
+func (b boxBans) List(now time.Time) []adminBan {
+	bans := b.s.box.List(now)
+	out := make([]adminBan, len(bans))
+	for i, ban := range bans {
+		out[i] = toAdminBan(ban)
+	}
+	return out
+}
+
+func (b boxBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Duration, reason string) (adminBan, error) {
+	ban := limiter.Ban{Prefix: p, Until: now.Add(d), Reason: reason}
+	if err := b.s.box.Add(ban); err != nil {
+		return adminBan{}, err
+	}
+	for _, x := range b.s.box.List(now) {
+		if x.Prefix == p {
+			return toAdminBan(x), nil
+		}
+	}
+	return toAdminBan(ban), nil
+}
+
+func (b boxBans) Lift(_ context.Context, p netip.Prefix) (bool, error) {
+	return b.s.box.Lift(p), nil
+}
+
+func (b boxBans) Counts() (active int, total uint64) {
+	st := b.s.box.Stats()
+	return st.Active, st.Total
 }

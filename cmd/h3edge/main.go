@@ -164,6 +164,9 @@ func serve(args []string, stderr io.Writer) int {
 	} else {
 		attrs = append(attrs, "spki_pin", srv.Certs().Pin())
 	}
+	if a := srv.AdminAddr(); a != nil {
+		attrs = append(attrs, "admin", a.String())
+	}
 	if cfg.File != "" {
 		attrs = append(attrs, "config", cfg.File)
 	}

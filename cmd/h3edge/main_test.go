@@ -57,6 +57,7 @@ const roomyIP = `ip:
   connections: {rate: 100000, burst: 100000}
   streams: {rate: 100000, burst: 100000}
   max_connections: 100000
+admin: {listen: "127.0.0.1:0"}
 `
 
 // proc is a running h3edge process.

@@ -1,0 +1,469 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/quic-go/quic-go"
+
+	"github.com/h3edge/h3edge/quicconn"
+)
+
+// scrape reads /metrics through the admin listener and returns every h3edge sample as
+// "name{label="value",…}" → value (histograms as name_count).
+func (e *opsEdge) scrape(t testing.TB) map[string]float64 {
+	t.Helper()
+	code, _, body := e.call(t, "GET", "/metrics", nil)
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	return parseExposition(t, body)
+}
+
+// parseExposition parses a text exposition like scrape.
+func parseExposition(t testing.TB, body []byte) map[string]float64 {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing the exposition: %v\n%s", err, body)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "h3edge_") {
+			continue
+		}
+		for _, m := range f.Metric {
+			var labels []string
+			for _, l := range m.Label {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(labels)
+			key := name
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				out[key] = m.Counter.GetValue()
+			case dto.MetricType_GAUGE:
+				out[key] = m.Gauge.GetValue()
+			case dto.MetricType_HISTOGRAM:
+				out[strings.Replace(key, name, name+"_count", 1)] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+// zeroSeries are the series present at zero in a fresh edge without Redis, bans or
+// refusals: everything but requests, decisions and what the test sets.
+func zeroSeries() map[string]float64 {
+	z := map[string]float64{
+		`h3edge_dropped_datagrams_total{reason="banned"}`: 0,
+		`h3edge_store_errors_total`:                       0,
+		`h3edge_store_breaker_open`:                       0,
+		`h3edge_store_request_duration_seconds_count`:     0,
+		`h3edge_bans_active`:                              0,
+		`h3edge_bans_total`:                               0,
+		`h3edge_inflight{policy=""}`:                      0,
+	}
+	for _, proto := range []string{"h3", "tcp"} {
+		for _, r := range []string{"banned", "rate", "max_connections"} {
+			z[fmt.Sprintf(`h3edge_refused_connections_total{proto=%q,reason=%q}`, proto, r)] = 0
+		}
+	}
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		z[fmt.Sprintf(`h3edge_refused_streams_total{proto=%q,reason="rate"}`, proto)] = 0
+		z[fmt.Sprintf(`h3edge_request_duration_seconds_count{proto=%q}`, proto)] = 0
+	}
+	return z
+}
+
+// decisionSeries are the five decision series of one policy.
+func decisionSeries(policy string, allowed, denied, vetoed float64, shadow bool) map[string]float64 {
+	d := "denied"
+	if shadow {
+		d = "shadow_denied"
+	}
+	s := func(result string) string {
+		return fmt.Sprintf(`h3edge_ratelimit_decisions_total{policy=%q,result=%q}`, policy, result)
+	}
+	return map[string]float64{s("allowed"): allowed, s(d): denied, s("vetoed"): vetoed, s("failed_open"): 0, s("failed_closed"): 0}
+}
+
+// compareSeries reports every series missing, unexpected or off.
+func compareSeries(t testing.TB, got, want map[string]float64) {
+	t.Helper()
+	var keys []string
+	for k := range want {
+		keys = append(keys, k)
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		g, gok := got[k]
+		w, wok := want[k]
+		switch {
+		case !gok:
+			t.Errorf("missing %s (want %v)", k, w)
+		case !wok:
+			t.Errorf("unexpected %s = %v", k, g)
+		case g != w:
+			t.Errorf("%s = %v, want %v", k, g, w)
+		}
+	}
+}
+
+// TestMetricsExact sends a scripted mix over the three protocols — allowed, denied and
+// shadow-denied requests — and checks every h3edge series of /metrics, parsed with
+// expfmt, against its exact value.
+func TestMetricsExact(t *testing.T) {
+	e := startOps(t, withPolicies(
+		Policy{Name: "burst", Quota: 3, Window: time.Minute},
+		Policy{Name: "watch", Quota: 2, Window: time.Minute, Mode: "shadow"},
+	), "metrics-token", nil)
+	status := map[string][]int{}
+	for _, step := range []struct {
+		proto string
+		n     int
+	}{{"h1", 3}, {"h2", 1}, {"h3", 1}} {
+		c := clientFor(t, step.proto)
+		for range step.n {
+			resp, err := c.Get(e.url + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			status[step.proto] = append(status[step.proto], resp.StatusCode)
+		}
+	}
+	if fmt.Sprint(status) != "map[h1:[200 200 200] h2:[429] h3:[429]]" {
+		t.Fatalf("statuses: %v", status)
+	}
+
+	want := zeroSeries()
+	want[`h3edge_requests_total{code="200",proto="h1"}`] = 3
+	want[`h3edge_requests_total{code="429",proto="h2"}`] = 1
+	want[`h3edge_requests_total{code="429",proto="h3"}`] = 1
+	want[`h3edge_request_duration_seconds_count{proto="h1"}`] = 3
+	want[`h3edge_request_duration_seconds_count{proto="h2"}`] = 1
+	want[`h3edge_request_duration_seconds_count{proto="h3"}`] = 1
+	want[`h3edge_tracked_sources`] = 1 // 127.0.0.1, its connections still open
+	mergeSeries(want, decisionSeries("burst", 3, 2, 0, false))
+	mergeSeries(want, decisionSeries("watch", 2, 3, 0, true))
+	compareSeries(t, e.scrape(t), want)
+}
+
+// mergeSeries copies src into dst.
+func mergeSeries(dst, src map[string]float64) {
+	for k, v := range src {
+		dst[k] = v
+	}
+}
+
+// TestMetricsAcrossReload: a reload that changes a policy's parameters gives it a new
+// limiter.Policy; its decision counters carry on from where they were.
+func TestMetricsAcrossReload(t *testing.T) {
+	var mu sync.Mutex
+	var next *Config
+	e := startOps(t, withPolicies(Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", func() (*Config, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return next, nil
+	})
+	c := clientFor(t, "h2")
+	get := func(n int) {
+		for range n {
+			resp, err := c.Get(e.url + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
+	get(5)
+	series := `h3edge_ratelimit_decisions_total{policy="burst",result="%s"}`
+	m := e.scrape(t)
+	if m[fmt.Sprintf(series, "allowed")] != 3 || m[fmt.Sprintf(series, "denied")] != 2 {
+		t.Fatalf("before the reload: %v", m)
+	}
+	mu.Lock()
+	next = opsConfig(t, withPolicies(Policy{Name: "burst", Quota: 10, Window: time.Minute}), "")
+	mu.Unlock()
+	if code, _, body := e.call(t, "POST", "/api/v1/reload", nil); code != 200 {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	get(2) // the new policy starts with a full bucket
+	m = e.scrape(t)
+	if m[fmt.Sprintf(series, "allowed")] != 5 || m[fmt.Sprintf(series, "denied")] != 2 {
+		t.Errorf("after the reload: allowed %v denied %v, want 5 and 2",
+			m[fmt.Sprintf(series, "allowed")], m[fmt.Sprintf(series, "denied")])
+	}
+}
+
+// TestMetricsRefusals: connection refusals by transport and reason, and dropped
+// datagrams, against a real guard and real sockets.
+func TestMetricsRefusals(t *testing.T) {
+	e := startOps(t, func(c *Config) { c.IP.MaxConnections = 1 }, "", nil)
+
+	// TCP: the second connection from 127.0.0.1 is over max_connections (once the
+	// start-up probe's connection is gone).
+	waitFor(t, 5*time.Second, func() bool { return e.guard.Stats().Open == 0 })
+	c1, c2 := clientFor(t, "h1"), clientFor(t, "h1")
+	resp, err := c1.Get(e.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) // read to the end: the connection stays open, idle
+	resp.Body.Close()
+	if _, err := c2.Get(e.url + "/"); err == nil {
+		t.Fatal("a second TCP connection was admitted")
+	}
+
+	// QUIC: the guard's ConnContext as the transport calls it, wrapped.
+	cc := e.m.connContext(e.guard.ConnContext)
+	info := &quic.ClientInfo{RemoteAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4433}}
+	if _, err := cc(context.Background(), info); !errors.Is(err, quicconn.ErrMaxConns) {
+		t.Fatalf("ConnContext: %v, want ErrMaxConns", err)
+	}
+	other := &quic.ClientInfo{RemoteAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 4433}}
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := cc(ctx, other); err != nil {
+		t.Fatalf("ConnContext for a new source: %v", err)
+	}
+	cancel()
+	e.m.connContext(func(context.Context, *quic.ClientInfo) (context.Context, error) {
+		return nil, quicconn.ErrBanned
+	})(context.Background(), info)
+
+	got := e.scrape(t)
+	for series, want := range map[string]float64{
+		`h3edge_refused_connections_total{proto="tcp",reason="max_connections"}`: 1,
+		`h3edge_refused_connections_total{proto="h3",reason="max_connections"}`:  1,
+		`h3edge_refused_connections_total{proto="h3",reason="banned"}`:           1,
+		`h3edge_refused_connections_total{proto="h3",reason="rate"}`:             0,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
+		}
+	}
+
+	// Dropped datagrams: a guard that bans 127.0.0.1, its socket, one datagram.
+	g, err := newGuard(roomyIP, func(a netip.Addr) bool { return a == netip.MustParseAddr("127.0.0.1") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{guard: g}
+	srv.rules.Store(&rules{})
+	reg := prometheus.NewRegistry()
+	if _, err := newMetrics(reg, srv); err != nil {
+		t.Fatal(err)
+	}
+	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	sock := g.WrapConn(uc)
+	sender, err := net.DialUDP("udp", nil, uc.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	sender.Write([]byte("initial?"))
+	uc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, _, err := sock.ReadFrom(make([]byte, 1500)); err == nil {
+		t.Fatal("a datagram from a banned source was read")
+	}
+	var buf bytes.Buffer
+	fams, _ := reg.Gather()
+	for _, f := range fams {
+		expfmt.MetricFamilyToText(&buf, f)
+	}
+	if v := parseExposition(t, buf.Bytes())[`h3edge_dropped_datagrams_total{reason="banned"}`]; v != 1 {
+		t.Errorf("dropped_datagrams_total{reason=banned} = %v, want 1\n%s", v, buf.String())
+	}
+}
+
+// TestMetricsStoreAndBans: the store hooks and the penalty box's counts.
+func TestMetricsStoreAndBans(t *testing.T) {
+	e := startOps(t, withPolicies(Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", nil)
+	e.m.observeStore(2*time.Millisecond, nil)
+	e.m.observeStore(10*time.Millisecond, errors.New("i/o timeout"))
+	e.m.storeFailed("burst", true)
+	e.m.storeFailed("burst", true)
+	e.m.storeFailed("burst", false)
+	fb := &fakeBans{}
+	fb.Add(context.Background(), netip.MustParsePrefix("203.0.113.0/24"), time.Now(), time.Minute, "abuse")
+	fb.Add(context.Background(), netip.MustParsePrefix("198.51.100.0/24"), time.Now(), time.Minute, "abuse")
+	fb.Lift(context.Background(), netip.MustParsePrefix("198.51.100.0/24"))
+	e.m.bans = fb
+	e.m.breaker = func() bool { return true }
+	got := e.scrape(t)
+	for series, want := range map[string]float64{
+		`h3edge_store_breaker_open`:                                               1,
+		`h3edge_store_request_duration_seconds_count`:                             2,
+		`h3edge_store_errors_total`:                                               1,
+		`h3edge_ratelimit_decisions_total{policy="burst",result="failed_open"}`:   2,
+		`h3edge_ratelimit_decisions_total{policy="burst",result="failed_closed"}`: 1,
+		`h3edge_bans_active`:                                                      1,
+		`h3edge_bans_total`:                                                       2,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
+		}
+	}
+	code, _, body := e.call(t, "GET", "/readyz", nil)
+	var rd readiness
+	json.Unmarshal(body, &rd)
+	if code != 200 || rd != (readiness{Status: "degraded", Listeners: "up", Store: "breaker_open"}) {
+		t.Errorf("/readyz with the breaker open: %d %s", code, body)
+	}
+}
+
+// nopWriter is a ResponseWriter that keeps nothing, for measuring instrument alone.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}
+
+// testMetrics returns metrics on a fresh registry for a server that is not started.
+func testMetrics(t testing.TB) (*metrics, *prometheus.Registry) {
+	t.Helper()
+	srv := &Server{}
+	srv.rules.Store(&rules{v4: 32, v6: 64})
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reg
+}
+
+// TestInstrumentCodes: the status recorded is the final one the handler sent.
+func TestInstrumentCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		code    int
+	}{
+		{"nothing written", func(w http.ResponseWriter, r *http.Request) {}, 200},
+		{"body only", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("x")) }, 200},
+		{"404", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, 404},
+		{"early hints then 201", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(201)
+		}, 201},
+		{"flush then 500", func(w http.ResponseWriter, r *http.Request) {
+			http.NewResponseController(w).Flush()
+			w.WriteHeader(500) // too late: the 200 went out with the flush
+		}, 200},
+		{"status 999", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(999) }, 999},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg := testMetrics(t)
+			r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
+			r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 2
+			m.instrument(tc.handler).ServeHTTP(&nopWriter{h: http.Header{}}, r)
+			var buf bytes.Buffer
+			fams, _ := reg.Gather()
+			for _, f := range fams {
+				expfmt.MetricFamilyToText(&buf, f)
+			}
+			got := parseExposition(t, buf.Bytes())
+			if v := got[fmt.Sprintf(`h3edge_requests_total{code="%d",proto="h2"}`, tc.code)]; v != 1 {
+				t.Errorf("requests_total{code=%d,proto=h2} = %v\n%s", tc.code, v, buf.String())
+			}
+		})
+	}
+}
+
+// TestInstrumentAllocs: instrumenting a request allocates nothing.
+func TestInstrumentAllocs(t *testing.T) {
+	m, _ := testMetrics(t)
+	h := m.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
+	r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 3
+	w := &nopWriter{h: http.Header{}}
+	if n := testing.AllocsPerRun(10_000, func() { h.ServeHTTP(w, r) }); n != 0 {
+		t.Errorf("instrument allocates %v times per request", n)
+	}
+}
+
+// BenchmarkInstrument measures what instrument adds to a request, from parallel
+// goroutines: bare handler, and instrumented.
+func BenchmarkInstrument(b *testing.B) {
+	m, _ := testMetrics(b)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", ok}, {"instrumented", m.instrument(ok)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
+				r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 3
+				w := &nopWriter{h: http.Header{}}
+				for pb.Next() {
+					bc.h.ServeHTTP(w, r)
+				}
+			})
+		})
+	}
+}
+
+// TestSampler: at most limit events per wall-clock second, with the count of those
+// held back handed to the next one let through.
+func TestSampler(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := newSampler(2)
+	type step struct {
+		at         time.Duration
+		ok         bool
+		suppressed uint64
+	}
+	for i, st := range []step{
+		{0, true, 0},
+		{100 * time.Millisecond, true, 0},
+		{200 * time.Millisecond, false, 0},
+		{999 * time.Millisecond, false, 0},
+		{time.Second, true, 2}, // a new second: the two held back are reported
+		{1500 * time.Millisecond, true, 0},
+		{1600 * time.Millisecond, false, 0},
+		{5 * time.Second, true, 1},
+		{4 * time.Second, true, 0}, // a clock stepping back starts a new count
+	} {
+		ok, n := s.allow(t0.Add(st.at))
+		if ok != st.ok || n != st.suppressed {
+			t.Errorf("step %d at t0+%v: allow = %v, %d; want %v, %d", i, st.at, ok, n, st.ok, st.suppressed)
+		}
+	}
+	if ok, _ := newSampler(0).allow(t0); ok {
+		t.Error("a sampler of limit 0 let an event through")
+	}
+}

@@ -1,0 +1,293 @@
+package edge
+
+import (
+	"cmp"
+	"encoding/binary"
+	"math/bits"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/h3edge/h3edge/limiter"
+)
+
+// Heavy hitters: the clients and sources sending the most requests now, for
+// /api/v1/top and the dashboard. Each is tracked by a Space-Saving sketch (Metwally,
+// Agrawal, El Abbadi, "Efficient computation of frequent and top-k elements in data
+// streams", 2005): a fixed number of counters, whatever the number of distinct keys.
+// A key that is not tracked takes over the smallest counter and inherits its count as
+// its possible error, so every count is an overestimate by at most the error shown, and
+// every key whose true count exceeds the stream length ÷ capacity is tracked.
+
+const (
+	// topCapacity is the counters of each sketch (split among its shards).
+	topCapacity = 1024
+	// topShards is the independently locked parts of each sketch. Keys are spread
+	// over them by hash, so a key lives in exactly one shard.
+	topShards = 16
+)
+
+// hitter is one heavy hitter: its estimated count, an overestimate by at most Err.
+type hitter[K comparable] struct {
+	Key   K
+	Count uint64
+	Err   uint64
+}
+
+// topK is a sharded Space-Saving sketch of fixed capacity. It is safe for concurrent
+// use; observe allocates nothing.
+type topK[K comparable] struct {
+	shards [topShards]ssShard[K]
+	hash   func(K) uint64
+	// sampleMask: a request is observed when a random number's low bits under the mask
+	// are zero (one in mask+1), with weight mask+1. 0 observes every request.
+	sampleMask uint32
+}
+
+// newTopK returns a sketch of capacity counters in all. hash must spread keys
+// uniformly over 64 bits. Each request is observed with probability 1/sample (rounded
+// up to a power of two; 0 or 1: every request), and counted sample times.
+func newTopK[K comparable](capacity, sample int, hash func(K) uint64) *topK[K] {
+	t := &topK[K]{hash: hash}
+	if sample > 1 {
+		t.sampleMask = 1<<bits.Len(uint(sample-1)) - 1
+	}
+	per := max(1, capacity/topShards)
+	for i := range t.shards {
+		t.shards[i].init(per)
+	}
+	return t
+}
+
+// sampled reports whether the next request is to be observed. Callers that must do
+// work to compute the key ask first.
+func (t *topK[K]) sampled() bool {
+	return t.sampleMask == 0 || rand.Uint32()&t.sampleMask == 0
+}
+
+// observe counts one sampled request for k.
+func (t *topK[K]) observe(k K) {
+	h := t.hash(k)
+	t.shards[h>>60&(topShards-1)].observe(k, h, uint64(t.sampleMask)+1)
+}
+
+// decay halves every count, so that what is reported is weighted towards the recent
+// past: after each call old traffic counts half as much.
+func (t *topK[K]) decay() {
+	for i := range t.shards {
+		t.shards[i].decay()
+	}
+}
+
+// top returns the n heaviest keys, heaviest first.
+func (t *topK[K]) top(n int) []hitter[K] {
+	var all []hitter[K]
+	for i := range t.shards {
+		all = t.shards[i].appendTo(all)
+	}
+	slices.SortFunc(all, func(a, b hitter[K]) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Err, b.Err)
+	})
+	if n < len(all) {
+		all = all[:n]
+	}
+	return slices.Clip(all)
+}
+
+// ssShard is one shard of a topK: a Space-Saving summary whose counters form a min-heap on
+// count, indexed by an open-addressing table of fixed size. Nothing grows after init.
+type ssShard[K comparable] struct {
+	mu sync.Mutex
+	// heap holds the counters, the smallest count at 0; len ≤ cap, fixed at init.
+	heap []ssCounter[K]
+	// slots index the heap by key hash: linear probing, 0 empty, else heap position+1.
+	slots []int32
+	mask  uint64
+}
+
+type ssCounter[K comparable] struct {
+	key        K
+	hash       uint64
+	count, err uint64
+	slot       int32 // where in slots this counter is indexed
+}
+
+// init sizes the shard for capacity counters; nothing is allocated after it.
+func (s *ssShard[K]) init(capacity int) {
+	s.heap = make([]ssCounter[K], 0, capacity)
+	n := 1 << bits.Len(uint(2*capacity-1)) // load factor at most 1/2
+	s.slots = make([]int32, n)
+	s.mask = uint64(n - 1)
+}
+
+// observe adds w to k's count; h is k's hash.
+func (s *ssShard[K]) observe(k K, h uint64, w uint64) {
+	s.mu.Lock()
+	i := h & s.mask
+	for {
+		p := s.slots[i]
+		if p == 0 {
+			break
+		}
+		if c := &s.heap[p-1]; c.hash == h && c.key == k {
+			c.count += w
+			s.down(int(p - 1))
+			s.mu.Unlock()
+			return
+		}
+		i = (i + 1) & s.mask
+	}
+	if len(s.heap) < cap(s.heap) {
+		// Not tracked and there is room: a new counter, exact.
+		n := len(s.heap)
+		s.heap = append(s.heap, ssCounter[K]{key: k, hash: h, count: w, slot: int32(i)})
+		s.slots[i] = int32(n + 1)
+		s.up(n)
+		s.mu.Unlock()
+		return
+	}
+	// Not tracked and full: k takes over the smallest counter.
+	old := s.heap[0]
+	s.unindex(old.slot)
+	i = h & s.mask // unindex may have shifted entries into the probe sequence
+	for s.slots[i] != 0 {
+		i = (i + 1) & s.mask
+	}
+	s.heap[0] = ssCounter[K]{key: k, hash: h, count: old.count + w, err: old.count, slot: int32(i)}
+	s.slots[i] = 1
+	s.down(0)
+	s.mu.Unlock()
+}
+
+// unindex empties slot i and moves later entries of its probe run back (backward-shift
+// deletion), so lookups never need tombstones.
+func (s *ssShard[K]) unindex(i int32) {
+	j := uint64(i)
+	for {
+		s.slots[j] = 0
+		k := j
+		for {
+			k = (k + 1) & s.mask
+			p := s.slots[k]
+			if p == 0 {
+				return
+			}
+			home := s.heap[p-1].hash & s.mask
+			// The entry at k may move to j unless its home lies cyclically in (j, k].
+			if (j < k && (home <= j || home > k)) || (j > k && home <= j && home > k) {
+				s.slots[j] = p
+				s.heap[p-1].slot = int32(j)
+				j = k
+				break
+			}
+		}
+	}
+}
+
+// less orders the heap by count.
+func (s *ssShard[K]) less(a, b int) bool { return s.heap[a].count < s.heap[b].count }
+
+// swap exchanges two counters and re-points their index slots.
+func (s *ssShard[K]) swap(a, b int) {
+	h := s.heap
+	h[a], h[b] = h[b], h[a]
+	s.slots[h[a].slot] = int32(a + 1)
+	s.slots[h[b].slot] = int32(b + 1)
+}
+
+// up restores the heap order after counter i got smaller than its parent.
+func (s *ssShard[K]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			return
+		}
+		s.swap(i, p)
+		i = p
+	}
+}
+
+// down restores the heap order after counter i grew.
+func (s *ssShard[K]) down(i int) {
+	n := len(s.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && s.less(r, l) {
+			m = r
+		}
+		if !s.less(m, i) {
+			return
+		}
+		s.swap(i, m)
+		i = m
+	}
+}
+
+// decay halves the counts. Halving keeps the heap order (a ≤ b ⇒ a/2 ≤ b/2).
+func (s *ssShard[K]) decay() {
+	s.mu.Lock()
+	for i := range s.heap {
+		c := &s.heap[i]
+		c.count /= 2
+		c.err /= 2
+	}
+	s.mu.Unlock()
+}
+
+// appendTo appends the shard's counters with a count to out.
+func (s *ssShard[K]) appendTo(out []hitter[K]) []hitter[K] {
+	s.mu.Lock()
+	for _, c := range s.heap {
+		if c.count > 0 {
+			out = append(out, hitter[K]{Key: c.key, Count: c.count, Err: c.err})
+		}
+	}
+	s.mu.Unlock()
+	return out
+}
+
+// heavyHitters tracks the heaviest client keys (as their hashes) and source prefixes.
+type heavyHitters struct {
+	keys    *topK[limiter.Key]
+	sources *topK[netip.Prefix]
+}
+
+// Sampling rates of the heavy-hitter sketches, chosen from BenchmarkTopObserve: a
+// sketch update costs about as much as the rest of the instrumentation together, and
+// sources also need the client address parsed. One in eight still finds every source
+// sending more than a fraction of a percent of the requests.
+const (
+	topKeySample    = 1
+	topSourceSample = 8
+)
+
+// newHeavyHitters returns the sketches of client keys and source prefixes.
+func newHeavyHitters() *heavyHitters {
+	return &heavyHitters{
+		keys:    newTopK(topCapacity, topKeySample, topKeyHash),
+		sources: newTopK(topCapacity, topSourceSample, topPrefixHash),
+	}
+}
+
+// topKeyHash reads a hash from a client key, which is itself a uniform hash.
+func topKeyHash(k limiter.Key) uint64 { return binary.LittleEndian.Uint64(k[8:]) }
+
+// topPrefixHash mixes an address prefix into 64 bits (the finalizer of MurmurHash3).
+func topPrefixHash(p netip.Prefix) uint64 {
+	a := p.Addr().As16()
+	h := binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(a[8:]) ^ uint64(p.Bits())<<56
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
