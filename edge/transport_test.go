@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -257,4 +258,45 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 	if ratio := float64(secondLen) / float64(firstLen); ratio < 1.6 || ratio > 2.4 {
 		t.Errorf("first ban %v, second %v: want twice as long", firstLen, secondLen)
 	}
+}
+
+// TestRetryUnderSurge floods the edge with handshakes from 200 loopback addresses: past
+// ip.retry_above handshakes per second new sources must validate their address (Retry),
+// and a legitimate client is still served.
+func TestRetryUnderSurge(t *testing.T) {
+	e := startEdge(t, func(c *Config) { c.IP.RetryAbove = 50 })
+	addr := mustUDPAddr(e.Addr().String())
+	tlsConf := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, byte(1+i/250), byte(2+i%250))})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tr := &quic.Transport{Conn: udp}
+			defer func() { tr.Close(); udp.Close() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if conn, err := tr.Dial(ctx, addr, tlsConf, &quic.Config{}); err == nil {
+				conn.CloseWithError(0, "")
+			}
+		})
+	}
+	wg.Wait()
+	st := e.guard.Stats()
+	if st.RetriesSurge == 0 {
+		t.Errorf("no Retry was sent during a surge of 200 handshakes (stats %+v)", st)
+	}
+	c, err := newSourceClient(t, "h3", "127.0.0.250").dial(e.Addr().String())
+	if err != nil {
+		t.Fatalf("legitimate client during the surge: %v", err)
+	}
+	resp, err := c.Get(e.url + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("legitimate client: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	t.Logf("transport stats after the surge: %+v", st)
 }
