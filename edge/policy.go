@@ -30,6 +30,8 @@ type rules struct {
 	legacy      bool
 	v4, v6      int
 	trusted     []netip.Prefix
+	// leases maps global policies to their lease option, for the Redis store.
+	leases map[*limiter.Policy]int64
 
 	// policyFields caches the RateLimit-Policy value per set of matched enforced rules
 	// (a bit mask over policies): it is stable, so it is built once.
@@ -49,6 +51,15 @@ type rule struct {
 	plan       string
 	chain      int
 	bit        uint64
+
+	// Global policies are decided in Redis; while it cannot decide, onFailure says what
+	// happens: "closed" (503), "open" (the local backstop, same quota) or "local"
+	// (quota ÷ fleet size, made on demand in divided).
+	global    bool
+	onFailure string
+	backstop  *limiter.Policy
+	divided   atomic.Pointer[dividedPolicy]
+	lease     int64
 }
 
 // maxPolicies bounds the policies of one configuration (a request's matched set is a
@@ -63,6 +74,7 @@ func compileRules(cfg *Config, prev *rules) (*rules, error) {
 		return nil, fmt.Errorf("edge: at most %d policies", maxPolicies)
 	}
 	rs := &rules{
+		leases:      map[*limiter.Policy]int64{},
 		defaultPlan: cfg.Keys.DefaultPlan,
 		legacy:      cfg.LegacyHeaders,
 		v4:          cfg.IP.IPv4Prefix,
@@ -132,6 +144,14 @@ func compileRules(cfg *Config, prev *rules) (*rules, error) {
 		if r.unit == "concurrent-requests" {
 			r.hdr.Window = 0
 		}
+		if p.Scope == "global" {
+			r.global, r.onFailure, r.lease = true, p.OnStoreFailure, p.Lease
+			lp.Name = "backstop:" + lp.Name
+			if r.backstop, err = limiter.NewPolicy(lp); err != nil {
+				return nil, fmt.Errorf("edge: policies[%d] (%s): %w", i, p.Name, err)
+			}
+			rs.leases[lim] = p.Lease
+		}
 		if r.plan != "" {
 			rs.byPlan = true
 		}
@@ -181,17 +201,27 @@ func (rs *rules) policyField(mask uint64) []string {
 
 // decision is the per-request scratch space of enforce, pooled.
 type decision struct {
-	reqs   []limiter.Request
-	rules  []*rule
-	shadow []limiter.Request
-	// shadowHeld reports whether the shadow batch was admitted, so that its
-	// concurrency units are held and must be given back.
-	shadowHeld bool
-	out        []limiter.Decision
-	limits     []headers.Limit
-	keys       []limiter.Key
-	keyOK      []bool
-	buf        []byte
+	reqs      []limiter.Request
+	rules     []*rule
+	anyGlobal bool
+	shadow    []limiter.Request
+	shadowG   []bool // shadow[i] is a global policy
+	out       []limiter.Decision
+	// skip marks decisions (by index) that were not made and stay out of the fields.
+	skip   uint64
+	limits []headers.Limit
+	limRul []int // limits[i] is for rules[limRul[i]]
+	keys   []limiter.Key
+	keyOK  []bool
+	buf    []byte
+
+	// Scratch space of decideEnforced: the local and global parts of reqs with their
+	// indices, and the units held in each store until the response ends.
+	lreq, greq            []limiter.Request
+	lidx, gidx            []int
+	tmp                   []limiter.Request
+	scratch               []limiter.Decision
+	heldLocal, heldGlobal []limiter.Request
 }
 
 var decisionPool = sync.Pool{New: func() any {
@@ -217,12 +247,7 @@ func (s *Server) enforce(next http.Handler) http.Handler {
 			return
 		}
 		// Concurrency units are held until the response ends or the client goes away.
-		if hasConcurrency(d.reqs) {
-			defer s.store.Release(context.WithoutCancel(r.Context()), d.reqs)
-		}
-		if d.shadowHeld && hasConcurrency(d.shadow) {
-			defer s.store.Release(context.WithoutCancel(r.Context()), d.shadow)
-		}
+		defer s.release(r.Context(), d)
 		if charge := s.bodyCharge(r, rs, d); charge != nil {
 			r = r.WithContext(context.WithValue(r.Context(), bodyChargeKey{}, charge))
 			r.Body = charge
@@ -235,7 +260,9 @@ func (s *Server) enforce(next http.Handler) http.Handler {
 // it has answered the request itself (429, 400, or a client gone while delayed).
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *decision) bool {
 	d.reqs, d.rules, d.shadow, d.out, d.limits = d.reqs[:0], d.rules[:0], d.shadow[:0], d.out[:0], d.limits[:0]
-	d.keys, d.keyOK, d.shadowHeld = d.keys[:0], d.keyOK[:0], false
+	d.limRul = d.limRul[:0]
+	d.keys, d.keyOK, d.shadowG, d.anyGlobal, d.skip = d.keys[:0], d.keyOK[:0], d.shadowG[:0], false, 0
+	d.heldLocal, d.heldGlobal = d.heldLocal[:0], d.heldGlobal[:0]
 	for range rs.chains {
 		d.keys = append(d.keys, limiter.Key{})
 		d.keyOK = append(d.keyOK, false)
@@ -279,10 +306,12 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		}
 		if ru.shadow {
 			d.shadow = append(d.shadow, req)
+			d.shadowG = append(d.shadowG, ru.global && s.global != nil)
 			continue
 		}
 		d.reqs = append(d.reqs, req)
 		d.rules = append(d.rules, ru)
+		d.anyGlobal = d.anyGlobal || ru.global
 		mask |= ru.bit
 	}
 	if len(d.reqs) == 0 && len(d.shadow) == 0 {
@@ -296,26 +325,30 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	} else {
 		s.metrics.observeKey(d.shadow[0].Key)
 	}
-	out, allowed, err := s.store.Decide(ctx, now, d.reqs, d.out)
-	if err != nil {
+	allowed, closed, err := s.decideEnforced(ctx, now, d)
+	if err != nil && len(closed) == 0 {
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter could not decide")
 		return false
 	}
-	if len(d.shadow) > 0 {
-		// Shadow policies are charged on their own and never deny.
-		var err error
-		out, d.shadowHeld, err = s.store.Decide(ctx, now, d.shadow, out)
-		d.shadowHeld = d.shadowHeld && err == nil
+	s.decideShadow(ctx, now, d)
+	if len(closed) > 0 {
+		s.release(ctx, d)
+		s.failClosed(w, closed)
+		return false
 	}
-	d.out = out
+	out := d.out
 
 	var delay time.Duration
 	if len(d.reqs) > 0 {
 		h := w.Header()
 		h[headers.PolicyFieldName] = rs.policyField(mask)
 		for i, ru := range d.rules {
+			if d.skip&(1<<i) != 0 {
+				continue
+			}
 			dec := &out[i]
 			k := d.reqs[i].Key
+			d.limRul = append(d.limRul, i)
 			d.limits = append(d.limits, headers.Limit{
 				Name:         ru.name,
 				Remaining:    dec.Remaining,
@@ -327,13 +360,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		}
 		d.buf = headers.AppendLimitField(d.buf[:0], d.limits)
 		h[headers.LimitFieldName] = []string{string(d.buf)}
-		if rs.legacy {
+		if rs.legacy && len(d.limits) > 0 {
 			i := headers.Closest(d.limits)
-			headers.SetLegacy(h, d.rules[i].hdr.Quota, d.limits[i])
+			headers.SetLegacy(h, d.rules[d.limRul[i]].hdr.Quota, d.limits[i])
 		}
 	}
 	if !allowed {
-		s.releaseShadow(ctx, d)
+		s.release(ctx, d)
 		s.deny(w, d)
 		s.reject(r, now)
 		return false
@@ -344,20 +377,53 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			s.store.Release(context.WithoutCancel(ctx), d.reqs)
-			s.releaseShadow(ctx, d)
+			s.release(ctx, d)
 			return false
 		}
 	}
 	return true
 }
 
-// releaseShadow gives back the shadow batch's concurrency units if it holds any.
-func (s *Server) releaseShadow(ctx context.Context, d *decision) {
-	if d.shadowHeld {
-		s.store.Release(context.WithoutCancel(ctx), d.shadow)
-		d.shadowHeld = false
+// decideShadow decides the shadow policies on their own, each in its store; they
+// never deny, and what they admit is held like the rest until the response ends.
+// Failures of the store are ignored: a shadow policy has nothing to fall back to.
+func (s *Server) decideShadow(ctx context.Context, now time.Time, d *decision) {
+	if len(d.shadow) == 0 {
+		return
 	}
+	d.tmp, d.greq = d.tmp[:0], d.greq[:0]
+	for i, req := range d.shadow {
+		if d.shadowG[i] {
+			d.greq = append(d.greq, req)
+		} else {
+			d.tmp = append(d.tmp, req)
+		}
+	}
+	if len(d.tmp) > 0 {
+		var ok bool
+		var err error
+		if d.scratch, ok, err = s.store.Decide(ctx, now, d.tmp, d.scratch[:0]); ok && err == nil {
+			d.heldLocal = append(d.heldLocal, d.tmp...)
+		}
+	}
+	if len(d.greq) > 0 {
+		var ok bool
+		var err error
+		if d.scratch, ok, err = s.global.Decide(ctx, now, d.greq, d.scratch[:0]); ok && err == nil {
+			d.heldGlobal = append(d.heldGlobal, d.greq...)
+		}
+	}
+}
+
+// failClosed answers 503 for policies whose store could not decide and whose
+// on_store_failure is closed.
+func (s *Server) failClosed(w http.ResponseWriter, policies []string) {
+	h := w.Header()
+	h[headers.RetryAfterFieldName] = []string{"1"}
+	h["Content-Type"] = []string{headers.ProblemContentType}
+	h["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(headers.AppendTemporaryReducedCapacity(nil, "the quota store is unavailable", policies))
 }
 
 // deny answers 429 with Retry-After and a problem document naming the violated
@@ -372,7 +438,8 @@ func (s *Server) deny(w http.ResponseWriter, d *decision) {
 			continue
 		}
 		violated = append(violated, ru.name)
-		denying = append(denying, d.limits[i])
+		denying = append(denying, headers.Limit{Name: ru.name, Remaining: dec.Remaining, Reset: dec.ResetAfter,
+			Concurrency: ru.unit == "concurrent-requests"})
 		ra := dec.RetryAfter
 		if ra == limiter.Never {
 			// The request can never fit (e.g. a body larger than the quota): a window

@@ -58,7 +58,8 @@ type Server struct {
 	// Per-key quota: the compiled policies, the store deciding them, the key hash and
 	// the API-key plans.
 	rules  atomic.Pointer[rules]
-	store  limiter.Store
+	store  *limiter.Local
+	global globalStore // nil without redis:
 	hasher hasher
 	plans  atomic.Pointer[plans]
 
