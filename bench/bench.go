@@ -1,7 +1,10 @@
 // Package bench is h3edge's load generator: HTTP/3, HTTP/2 and HTTP/1.1 over many real
 // connections and local source addresses, closed loop or open loop at a fixed rate, with
-// latencies in an HDR histogram. It is a client only: it never imports the server's
-// packages, so what it measures is what any client would see.
+// latencies in an HDR histogram, RateLimit field checks on every response and clients
+// that can pace themselves by those fields. It is a client only: it never imports the
+// server's packages, so what it measures is what any client would see. Its scenarios
+// (RunScenario) start h3edge, the bare baseline server (ServeBare) and redis-server as
+// separate processes and measure them from outside.
 package bench
 
 import (
@@ -53,9 +56,9 @@ var ErrConfig = errors.New("bench: invalid configuration")
 // before its next request (0: no pause); in open loop the paused worker's share of the
 // schedule is taken by the others, still measured from the intended send times.
 //
-// SEAM(ratelimit-fields): this is where the RateLimit / RateLimit-Policy field checker
-// (package headers, pending) and -respect-limits plug in: the checker parses the fields
-// and counts violations; -respect-limits returns the wait the fields ask for.
+// The RateLimit field checks (Result.Fields) and Config.RespectLimits run at the same
+// point, before the hook, with what a hook cannot see: the request's send time and the
+// client key it went under.
 type ResponseHook func(resp *http.Response) (pause time.Duration)
 
 // Config describes a run. The zero value of each field has the meaning stated; Run
@@ -117,6 +120,14 @@ type Config struct {
 	Insecure bool
 	// OnResponse, if set, sees every response (see ResponseHook). Nil costs nothing.
 	OnResponse ResponseHook
+	// RespectLimits makes the clients pace themselves by the RateLimit fields, per
+	// client key (source address and API key): after a response with r=0 a key sends
+	// nothing for that item's t, after a 429 nothing for Retry-After, and it keeps no
+	// more requests in flight than the last r allows (one, to learn the new r, once r
+	// is used up). A request that waits is measured from its intended send time in open
+	// loop and from when it leaves in closed loop; Result.Respect counts the waits.
+	// False: responses do not change what is sent.
+	RespectLimits bool
 	// Progress, if set, receives a progress line every second, rewritten in place with
 	// "\r": meant for a terminal. Nil: none.
 	Progress io.Writer
@@ -262,7 +273,10 @@ type run struct {
 	body      []byte
 	keyNames  []string
 	clients   []client
-	perClient int // workers sharing one client
+	srcNames  []string // per client: its source address, "" if the system picks it
+	fields    *fieldChecker
+	respect   *respecter // nil unless Config.RespectLimits
+	perClient int        // workers sharing one client
 	udp       []*net.UDPConn
 	quic      []*quic.Transport
 	shards    []*shard
@@ -271,6 +285,9 @@ type run struct {
 	pacer               Pacer
 	stopAt              int64        // open loop with Requests: first index not sent
 	next                atomic.Int64 // open loop: next schedule index; closed: measured claims
+	// unsent counts measured open-loop requests that were claimed but never sent: the
+	// run ended first (or the fields held them back until it did).
+	unsent atomic.Int64
 
 	// Live counters for the progress line, warm-up included.
 	done, failed, got429 atomic.Int64
@@ -278,7 +295,10 @@ type run struct {
 
 func newRun(ctx context.Context, c Config) (_ *run, err error) {
 	u, _ := url.Parse(c.URL) // checked by Validate
-	r := &run{cfg: c, url: u, header: c.Header.Clone()}
+	r := &run{cfg: c, url: u, header: c.Header.Clone(), fields: newFieldChecker()}
+	if c.RespectLimits {
+		r.respect = newRespecter()
+	}
 	if r.header == nil {
 		r.header = make(http.Header)
 	}
@@ -325,6 +345,13 @@ func newRun(ctx context.Context, c Config) (_ *run, err error) {
 	default:
 		for i := range n {
 			r.clients = append(r.clients, newHTTPClient(c.Proto, tc, dst, source(i), c.Timeout))
+		}
+	}
+	for i := range n {
+		if src := source(i); src.IsValid() {
+			r.srcNames = append(r.srcNames, src.String())
+		} else {
+			r.srcNames = append(r.srcNames, "")
 		}
 	}
 	workers := n * r.perClient
@@ -444,15 +471,37 @@ func (r *run) run(ctx context.Context) (*Result, error) {
 		Rate:        c.Rate,
 	}
 	res.merge(r.shards, r.warmEnd)
+	res.Unsent = r.unsentCount()
+	res.Fields = r.fields.stats()
+	if r.respect != nil {
+		res.Respect = r.respect.stats()
+	}
 	if ctx.Err() != nil {
 		return res, context.Cause(ctx)
 	}
 	return res, nil
 }
 
+// unsentCount returns the measured open-loop requests that were scheduled before the end
+// but never sent; call after all workers stopped.
+func (r *run) unsentCount() int64 {
+	if r.cfg.Rate <= 0 || r.end.IsZero() {
+		return r.unsent.Load()
+	}
+	scheduled := r.pacer.Before(r.end.Sub(r.start))
+	if r.stopAt > 0 {
+		scheduled = min(scheduled, r.stopAt)
+	}
+	// Indices below next were claimed (and sent, or counted in unsent); the rest of
+	// the measured schedule was never claimed.
+	first := max(r.next.Load(), r.pacer.Before(r.warmEnd.Sub(r.start)))
+	return r.unsent.Load() + max(scheduled-first, 0)
+}
+
 // work is worker w's loop: claim a send time, send, record, until the run ends.
 func (r *run) work(ctx context.Context, w int) {
 	cl := r.clients[w/r.perClient]
+	src := r.srcNames[w/r.perClient]
 	sh := r.shards[w%len(r.shards)]
 	keys := newKeyPicker(r.cfg.Keys, r.cfg.Zipf, uint64(r.start.UnixNano())+uint64(w), r.keyNames)
 	for {
@@ -460,7 +509,7 @@ func (r *run) work(ctx context.Context, w int) {
 		if !ok {
 			return
 		}
-		if pause := r.send(ctx, cl, sh, keys, at, measured); pause > 0 && !sleep(ctx, pause) {
+		if pause := r.send(ctx, cl, src, sh, keys, at, measured); pause > 0 && !sleep(ctx, pause) {
 			return
 		}
 	}
@@ -482,6 +531,14 @@ func (r *run) claim(ctx context.Context) (at time.Time, measured, ok bool) {
 		if !r.end.IsZero() && !at.Before(r.end) {
 			return time.Time{}, false, false
 		}
+		if !r.end.IsZero() && !time.Now().Before(r.end) {
+			// Behind schedule at the end (a stalled server, a slow generator): the run
+			// is over, and the backlog is counted as unsent, not sent late for ever.
+			if !at.Before(r.warmEnd) {
+				r.unsent.Add(1)
+			}
+			return time.Time{}, false, false
+		}
 		if d := time.Until(at); d > 0 && !sleep(ctx, d) {
 			return time.Time{}, false, false
 		}
@@ -500,20 +557,44 @@ func (r *run) claim(ctx context.Context) (at time.Time, measured, ok bool) {
 	return now, true, true
 }
 
-// send makes one request intended to leave at at and records it if measured. It
-// returns the pause the response hook asked for.
-func (r *run) send(ctx context.Context, cl client, sh *shard, keys *keyPicker, at time.Time, measured bool) time.Duration {
+// send makes one request intended to leave at at, from source src, and records it if
+// measured. It returns the pause the response hook asked for.
+func (r *run) send(ctx context.Context, cl client, src string, sh *shard, keys *keyPicker, at time.Time, measured bool) time.Duration {
+	var apiKey string
+	if keys != nil {
+		apiKey = keys.next()
+	}
+	clientKey := src + "|" + apiKey
+	if r.respect != nil {
+		if !r.respect.acquire(ctx, clientKey, r.end) {
+			if measured && r.cfg.Rate > 0 && ctx.Err() == nil {
+				r.unsent.Add(1) // the run ended while the fields held it back
+			}
+			return 0
+		}
+		if r.cfg.Rate == 0 {
+			at = time.Now()
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	resp, err := cl.roundTrip(r.request(rctx, keys))
+	sent := time.Now()
+	resp, err := cl.roundTrip(r.request(rctx, apiKey))
 	var pause time.Duration
 	var n int64
 	if err == nil {
+		recv := time.Now()
+		r.fields.observe(resp, clientKey, sent, recv, measured)
+		if r.respect != nil {
+			r.respect.release(clientKey, resp, recv)
+		}
 		if r.cfg.OnResponse != nil {
 			pause = r.cfg.OnResponse(resp)
 		}
 		n, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	} else if r.respect != nil {
+		r.respect.release(clientKey, nil, time.Now())
 	}
 	now := time.Now()
 	if ctx.Err() != nil {
@@ -542,14 +623,14 @@ func (r *run) send(ctx context.Context, cl client, sh *shard, keys *keyPicker, a
 	return pause
 }
 
-func (r *run) request(ctx context.Context, keys *keyPicker) *http.Request {
+func (r *run) request(ctx context.Context, apiKey string) *http.Request {
 	h := r.header // shared read-only: transports do not modify request headers
-	if keys != nil {
+	if apiKey != "" {
 		h = make(http.Header, len(r.header)+1)
 		for k, v := range r.header {
 			h[k] = v
 		}
-		h[textproto.CanonicalMIMEHeaderKey(r.cfg.KeyHeader)] = []string{keys.next()}
+		h[textproto.CanonicalMIMEHeaderKey(r.cfg.KeyHeader)] = []string{apiKey}
 	}
 	req := (&http.Request{
 		Method:     r.cfg.Method,

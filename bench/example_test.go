@@ -2,9 +2,13 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/h3edge/h3edge/bench"
@@ -66,4 +70,78 @@ func ExampleClassify() {
 	// Output:
 	// refused
 	// timeout
+}
+
+func ExampleConfig_respectLimits() {
+	// A server with a quota of 3 requests per minute that says so in its fields.
+	var mu sync.Mutex
+	left := 3
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("RateLimit-Policy", `"minute";q=3;w=60`)
+		if left == 0 {
+			w.Header().Set("RateLimit", `"minute";r=0;t=60`)
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		left--
+		w.Header().Set("RateLimit", fmt.Sprintf(`"minute";r=%d;t=60`, left))
+	}))
+	defer srv.Close()
+
+	res, err := bench.Run(context.Background(), bench.Config{
+		URL: srv.URL + "/", Proto: bench.H1, Duration: 300 * time.Millisecond, Insecure: true,
+		RespectLimits: true, // after r=0 the client waits t (60 s): nothing more is sent
+	})
+	if err != nil {
+		panic(err)
+	}
+	f := res.Fields
+	fmt.Println(res.Status[200], res.Status[429], f.Present, f.Parsed, f.Inconsistent)
+	// Output: 3 0 3 3 0
+}
+
+func ExampleChart_WriteSVG() {
+	c := bench.Chart{
+		Title:  "admitted per 100 ms",
+		Series: []bench.Series{{Name: "fixed_window", X: []float64{0, 0.1, 0.2}, Y: []float64{20, 0, 0}, Step: true}},
+		VLines: []bench.Marker{{At: 0.15, Label: "boundary"}},
+	}
+	var b strings.Builder
+	if err := c.WriteSVG(&b); err != nil {
+		panic(err)
+	}
+	fmt.Println(strings.SplitN(b.String(), "\n", 3)[1][:40])
+	// Output: <svg xmlns="http://www.w3.org/2000/svg"
+}
+
+func ExampleScenarioClaim() {
+	for _, name := range bench.ScenarioNames() {
+		_, waiting, _ := bench.ScenarioClaim(name)
+		fmt.Println(name, len(waiting) == 0)
+	}
+	// Output:
+	// baseline true
+	// noisy-neighbour true
+	// boundary true
+	// fields true
+	// accuracy false
+	// outage false
+	// drop-cost false
+}
+
+func ExampleRunScenario() {
+	// Scenarios that need what this build lacks say so instead of running.
+	_, err := bench.RunScenario(context.Background(), "accuracy", bench.ScenarioOptions{Short: true})
+	var w *bench.WaitingError
+	fmt.Println(errors.As(err, &w))
+	// Output: true
+}
+
+func ExampleProcessCPU() {
+	used, err := bench.ProcessCPU(os.Getpid())
+	fmt.Println(err == nil && used >= 0)
+	// Output: true
 }

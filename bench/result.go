@@ -37,6 +37,10 @@ type Result struct {
 	// Requests is every measured request that ended: Responses plus errors.
 	Requests  int64
 	Responses int64
+	// Unsent counts measured open-loop requests scheduled before the end but never
+	// sent: the generator (or, with RespectLimits, the fields) was behind schedule when
+	// the run ended. They are not in Requests.
+	Unsent int64
 	// Duration runs from the end of the warm-up to the end of the last measured request.
 	Duration          time.Duration
 	RequestsPerSecond float64
@@ -49,6 +53,10 @@ type Result struct {
 	Share429 float64
 	// Bytes counts response body bytes received.
 	Bytes int64
+	// Fields counts what the measured responses' RateLimit fields said (see FieldStats).
+	Fields FieldStats
+	// Respect counts the waits of Config.RespectLimits; nil when it was off.
+	Respect *RespectStats
 	// Histogram holds the latencies in microseconds, for callers that merge runs.
 	Histogram *hdrhistogram.Histogram
 }
@@ -163,6 +171,7 @@ type jsonResult struct {
 	Rate              float64          `json:"rate,omitempty"`
 	Requests          int64            `json:"requests"`
 	Responses         int64            `json:"responses"`
+	Unsent            int64            `json:"unsent,omitempty"`
 	DurationSeconds   float64          `json:"duration_seconds"`
 	RequestsPerSecond float64          `json:"requests_per_second"`
 	LatencyUs         jsonLatency      `json:"latency_us"`
@@ -170,6 +179,20 @@ type jsonResult struct {
 	Errors            map[string]int64 `json:"errors"`
 	Share429          float64          `json:"share_429"`
 	Bytes             int64            `json:"bytes"`
+	Fields            jsonFields       `json:"fields"`
+	Respect           *jsonRespect     `json:"respect_limits,omitempty"`
+}
+
+type jsonFields struct {
+	Present      int64            `json:"present"`
+	Parsed       int64            `json:"parsed"`
+	Inconsistent int64            `json:"inconsistent"`
+	Problems     map[string]int64 `json:"problems"`
+}
+
+type jsonRespect struct {
+	Waits         int64   `json:"waits"`
+	WaitedSeconds float64 `json:"waited_seconds"`
 }
 
 type jsonLatency struct {
@@ -183,8 +206,9 @@ type jsonLatency struct {
 
 // MarshalJSON writes the result with the field names of the -json file:
 // requests_per_second, requests, duration_seconds, latency_us {p50, p90, p99, p999, max,
-// mean}, status {code: count}, errors {kind: count}, share_429, bytes, and the run's
-// parameters.
+// mean}, status {code: count}, errors {kind: count}, share_429, bytes, fields {present,
+// parsed, inconsistent, problems {problem: count}}, respect_limits {waits,
+// waited_seconds} when the clients respected the fields, and the run's parameters.
 func (r *Result) MarshalJSON() ([]byte, error) {
 	us := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
 	j := jsonResult{
@@ -195,6 +219,7 @@ func (r *Result) MarshalJSON() ([]byte, error) {
 		Rate:              r.Rate,
 		Requests:          r.Requests,
 		Responses:         r.Responses,
+		Unsent:            r.Unsent,
 		DurationSeconds:   r.Duration.Seconds(),
 		RequestsPerSecond: r.RequestsPerSecond,
 		LatencyUs: jsonLatency{
@@ -213,6 +238,16 @@ func (r *Result) MarshalJSON() ([]byte, error) {
 	for k, n := range r.Errors {
 		j.Errors[string(k)] = n
 	}
+	j.Fields = jsonFields{
+		Present: r.Fields.Present, Parsed: r.Fields.Parsed, Inconsistent: r.Fields.Inconsistent,
+		Problems: make(map[string]int64, len(r.Fields.Problems)),
+	}
+	for p, n := range r.Fields.Problems {
+		j.Fields.Problems[string(p)] = n
+	}
+	if r.Respect != nil {
+		j.Respect = &jsonRespect{Waits: r.Respect.Waits, WaitedSeconds: r.Respect.Waited.Seconds()}
+	}
 	return json.Marshal(j)
 }
 
@@ -226,6 +261,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%s %s: %d connections × %d streams, %s\n", r.Proto, r.URL, r.Connections, r.Streams, mode)
 	fmt.Fprintf(&b, "requests   %d in %.3fs = %.1f req/s (%d responses, %s body bytes)\n",
 		r.Requests, r.Duration.Seconds(), r.RequestsPerSecond, r.Responses, strconv.FormatInt(r.Bytes, 10))
+	if r.Unsent > 0 {
+		fmt.Fprintf(&b, "unsent     %d scheduled requests were still waiting to be sent at the end\n", r.Unsent)
+	}
 	l := r.Latency
 	fmt.Fprintf(&b, "latency    p50 %v  p90 %v  p99 %v  p99.9 %v  max %v  mean %v\n",
 		round(l.P50), round(l.P90), round(l.P99), round(l.P999), round(l.Max), round(l.Mean))
@@ -248,6 +286,20 @@ func (r *Result) WriteText(w io.Writer) error {
 		b.WriteString(" none")
 	}
 	fmt.Fprintf(&b, "\n429 share  %.2f%%\n", 100*r.Share429)
+	if f := r.Fields; f.Present > 0 || f.Inconsistent > 0 {
+		fmt.Fprintf(&b, "fields     RateLimit present %d, parsed %d, inconsistent %d", f.Present, f.Parsed, f.Inconsistent)
+		for _, p := range FieldProblems {
+			if n := f.Problems[p]; n > 0 {
+				fmt.Fprintf(&b, " (%s: %d)", p, n)
+			}
+		}
+		b.WriteString("\n")
+	} else {
+		b.WriteString("fields     no RateLimit fields\n")
+	}
+	if r.Respect != nil {
+		fmt.Fprintf(&b, "respect    %d requests waited for the fields, %.1fs in all\n", r.Respect.Waits, r.Respect.Waited.Seconds())
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

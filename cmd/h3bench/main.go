@@ -4,9 +4,21 @@
 //	        [-rate RPS] [-sources 127.0.0.2-127.0.0.200] [-H 'Name: value']... [-keys N]
 //	        [-key-header X-API-Key] [-zipf S] [-insecure] [-pin BASE64SPKI] [-cacert FILE]
 //	        [-timeout 5s] [-warmup 1s] [-json FILE] [-method GET] [-body-size N]
+//	        [-respect-limits]
+//	h3bench scenario NAME [-short] [-json FILE] [-svg FILE] [-h3edge PATH] [-no-pin]
 //
-// Exit codes: 0 the run completed and got responses, 1 a runtime failure or not a single
-// response, 2 bad usage.
+// Exit codes of a run: 0 the run completed and got responses, 1 a runtime failure or not
+// a single response, 2 bad usage.
+//
+// A scenario (baseline, noisy-neighbour, boundary, fields; accuracy, outage and drop-cost
+// wait for features) starts h3edge and what else it needs as separate processes on
+// loopback, prints a table and checks its claim. Exit codes: 0 the claim holds, 1 it
+// does not, 2 bad usage, 3 the scenario waits for a feature this build lacks, 4 it could
+// not run (no h3edge binary, a server that would not start). `h3bench scenario` alone
+// lists them.
+//
+// "h3bench serve-bare -listen ADDR" (not advertised) runs the bare baseline server the
+// scenarios compare h3edge with.
 package main
 
 import (
@@ -37,6 +49,14 @@ func (l *listFlag) String() string     { return strings.Join(*l, ", ") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "scenario":
+			return scenario(args[1:], stdout, stderr)
+		case "serve-bare":
+			return serveBare(args[1:], stderr)
+		}
+	}
 	fs := flag.NewFlagSet("h3bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -64,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured warm-up period")
 	fs.StringVar(&cfg.Method, "method", "GET", "request method")
 	fs.IntVar(&cfg.BodySize, "body-size", 0, "request body size in bytes")
+	fs.BoolVar(&cfg.RespectLimits, "respect-limits", false, "pace each client key by the RateLimit fields: wait t after r=0, Retry-After after a 429")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		return usage("unexpected argument %q (scenarios are not available yet)", fs.Arg(0))
+		return usage("unexpected argument %q (scenarios: h3bench scenario NAME)", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

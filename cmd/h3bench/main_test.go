@@ -62,3 +62,59 @@ func TestRunWritesJSON(t *testing.T) {
 		t.Errorf("summary:\n%s", out.String())
 	}
 }
+
+func TestScenarioCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string // in stdout or stderr
+	}{
+		{[]string{"scenario"}, 2, "noisy-neighbour"},
+		{[]string{"scenario", "nope"}, 2, "unknown scenario"},
+		{[]string{"scenario", "baseline", "extra"}, 2, "unexpected argument"},
+		{[]string{"scenario", "-bogus"}, 2, "flag provided but not defined"},
+		{[]string{"scenario", "drop-cost"}, 3, "waiting for: "},
+		{[]string{"scenario", "-short", "accuracy"}, 3, "waiting for: "},
+		{[]string{"scenario", "outage", "-json", "x.json"}, 3, "waiting for: "},
+		{[]string{"serve-bare", "extra"}, 2, "unexpected argument"},
+	} {
+		var out, errOut strings.Builder
+		code := run(tc.args, &out, &errOut)
+		if code != tc.code || !strings.Contains(out.String()+errOut.String(), tc.out) {
+			t.Errorf("run(%q) = %d, want %d with %q; stdout:\n%s\nstderr:\n%s", tc.args, code, tc.code, tc.out, out.String(), errOut.String())
+		}
+	}
+}
+
+func TestRespectLimitsFlag(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit-Policy", `"p";q=100;w=60`)
+		w.Header().Set("RateLimit", `"p";r=50;t=60`)
+		w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "out.json")
+	var out, errOut strings.Builder
+	code := run([]string{"-url", srv.URL + "/", "-proto", "h1", "-n", "10", "-warmup", "0", "-insecure",
+		"-respect-limits", "-json", file}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errOut.String())
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Fields  struct{ Present, Parsed, Inconsistent int64 } `json:"fields"`
+		Respect *struct{ Waits int64 }                        `json:"respect_limits"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Fields.Present != 10 || j.Fields.Parsed != 10 || j.Fields.Inconsistent != 0 || j.Respect == nil {
+		t.Errorf("JSON: %s", b)
+	}
+	if !strings.Contains(out.String(), "RateLimit present 10, parsed 10, inconsistent 0") {
+		t.Errorf("summary:\n%s", out.String())
+	}
+}

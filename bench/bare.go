@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// The bare server's settings mirror h3edge's public listeners (streams per connection,
+// header limits, timeouts), so that the comparison measures what h3edge adds, not a
+// different tuning.
+const (
+	bareStreams        = 100
+	bareIdleTimeout    = 120 * time.Second
+	bareHeaderTimeout  = 10 * time.Second
+	bareMaxHeaderBytes = 64 << 10
+)
+
+// ServeBare runs the baseline server the scenarios compare h3edge with: quic-go's
+// http3.Server on its own quic.Transport (UDP) and net/http over TLS (HTTP/2 and
+// HTTP/1.1, TCP) on the same address, with a self-signed ECDSA P-256 certificate made at
+// start (as h3edge's development certificate is), and nothing in front of the handler.
+// The handler answers like h3edge's demo origin: JSON {proto, remote_addr, client_addr,
+// method, path, body_bytes, headers} on every path, and N bytes on /bytes?n=N (at most
+// 1 GiB).
+//
+// Once both sockets are bound it writes one line to logw, "bare serving listen=ADDR
+// spki_pin=PIN", and serves until ctx ends; then it closes everything and returns nil.
+func ServeBare(ctx context.Context, addr string, logw io.Writer) error {
+	cert, pin, err := bareCertificate()
+	if err != nil {
+		return err
+	}
+	tcpLn, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("bench: bare server: %w", err)
+	}
+	defer tcpLn.Close()
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(tcpLn.Addr().(*net.TCPAddr).AddrPort()))
+	if err != nil {
+		return fmt.Errorf("bench: bare server: %w", err)
+	}
+	defer udp.Close()
+	tr := &quic.Transport{Conn: udp}
+	defer tr.Close()
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	qconf := &quic.Config{Allow0RTT: true, MaxIdleTimeout: bareIdleTimeout, MaxIncomingStreams: bareStreams}
+	ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(tc.Clone()), qconf)
+	if err != nil {
+		return fmt.Errorf("bench: bare server: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", echo)
+	mux.HandleFunc("/bytes", bytesHandler)
+	h := mux
+	h3 := &http3.Server{Handler: h, QUICConfig: qconf, MaxHeaderBytes: bareMaxHeaderBytes, IdleTimeout: bareIdleTimeout}
+	tc12 := tc.Clone()
+	tc12.NextProtos = []string{"h2", "http/1.1"}
+	h12 := &http.Server{
+		Handler:           h,
+		TLSConfig:         tc12,
+		ReadHeaderTimeout: bareHeaderTimeout,
+		IdleTimeout:       bareIdleTimeout,
+		MaxHeaderBytes:    bareMaxHeaderBytes,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: bareStreams, MaxReadFrameSize: 16384},
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() { errc <- h3.ServeListener(ln) })
+	wg.Go(func() { errc <- h12.Serve(tls.NewListener(tcpLn, tc12)) })
+	fmt.Fprintf(logw, "bare serving listen=%s spki_pin=%s\n", tcpLn.Addr(), pin)
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	h3.Close()
+	h12.Close()
+	ln.Close()
+	wg.Wait()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, quic.ErrServerClosed) {
+		return fmt.Errorf("bench: bare server: %w", err)
+	}
+	return nil
+}
+
+// echo is the bare server's handler, the demo origin's "/" without h3edge around it.
+func echo(w http.ResponseWriter, r *http.Request) {
+	n, _ := io.Copy(io.Discard, r.Body)
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Proto      string      `json:"proto"`
+		RemoteAddr string      `json:"remote_addr"`
+		ClientAddr string      `json:"client_addr"`
+		Method     string      `json:"method"`
+		Path       string      `json:"path"`
+		BodyBytes  int64       `json:"body_bytes"`
+		Headers    http.Header `json:"headers"`
+	}{r.Proto, r.RemoteAddr, host, r.Method, r.URL.Path, n, r.Header})
+}
+
+// bytesHandler is the demo origin's /bytes?n=N: N bytes of application/octet-stream.
+func bytesHandler(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+	if err != nil || n < 0 || n > bareMaxBytes {
+		http.Error(w, fmt.Sprintf("query parameter n must be an integer from 0 to %d", bareMaxBytes), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	for n > 0 {
+		k := min(n, int64(len(bareChunk)))
+		if _, err := w.Write(bareChunk[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+}
+
+const bareMaxBytes = 1 << 30
+
+var bareChunk = func() []byte {
+	b := make([]byte, 32<<10)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}()
+
+// bareCertificate makes a self-signed certificate for 127.0.0.1, ::1 and localhost and
+// returns it with its SPKI pin.
+func bareCertificate() (tls.Certificate, string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "h3bench bare server"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(7 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, "", err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, SPKIPin(leaf), nil
+}

@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseProcStat(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want time.Duration
+		ok   bool
+	}{
+		// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime …
+		{"42 (h3edge) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 123 456 789", 3 * time.Second, true},
+		{"7 (a b) (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0", 30 * time.Millisecond, true},
+		{"7 no parens", 0, false},
+		{"7 (x) S 1 2", 0, false},
+		{"7 (x) S 1 7 7 0 -1 0 0 0 0 0 a 2 0 0", 0, false},
+	} {
+		got, err := parseProcStat([]byte(tc.line))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseProcStat(%q) = %v, %v; want %v, ok %v", tc.line, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestProcessCPUAndMemory(t *testing.T) {
+	need(t, "Linux (/proc)", runtime.GOOS == "linux")
+	before, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn about 100 ms of CPU on this thread.
+	deadline := time.Now().Add(100 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		for i := range 1000 {
+			x += i
+		}
+	}
+	after, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 ms ticks and a busy machine: ask for half of what was burnt.
+	if d := after - before; d < 50*time.Millisecond || d > 5*time.Second {
+		t.Errorf("CPU grew by %v while burning 100 ms (x=%d)", d, x)
+	}
+	rss, peak, err := ProcessMemory(os.Getpid())
+	if err != nil || rss <= 0 || peak < rss {
+		t.Errorf("memory rss %d peak %d, %v", rss, peak, err)
+	}
+	if _, err := ProcessCPU(1 << 30); err == nil {
+		t.Error("no error for a missing process")
+	}
+}
+
+func TestFreePort(t *testing.T) {
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.Close()
+	ul, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul.Close()
+}
+
+func TestStartProcessFailures(t *testing.T) {
+	_, err := exec.LookPath("sh")
+	need(t, "sh", err == nil)
+	ctx := t.Context()
+	// Exits before it is ready: the error carries its output.
+	_, _, err = startProcess(ctx, "quitter", []string{"sh", "-c", "echo boom; exit 3"}, nil,
+		func(string) bool { return false }, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("err = %v, want the output", err)
+	}
+	// Never ready: stopped after the timeout.
+	start := time.Now()
+	_, _, err = startProcess(ctx, "sleeper", []string{"sh", "-c", "echo waiting; sleep 30"}, nil,
+		func(string) bool { return false }, 200*time.Millisecond)
+	if err == nil || time.Since(start) > 6*time.Second {
+		t.Errorf("err = %v after %v", err, time.Since(start))
+	}
+	// Ready: the line is returned, and stop ends it.
+	p, line, err := startProcess(ctx, "server", []string{"sh", "-c", "echo x serving spki_pin=y; sleep 30"}, []string{"A=1"},
+		func(l string) bool { return strings.Contains(l, "serving") }, 5*time.Second)
+	if err != nil || line != "x serving spki_pin=y" {
+		t.Fatalf("line %q, %v", line, err)
+	}
+	if p.alive() != nil {
+		t.Error("not alive")
+	}
+	p.stop()
+	if p.alive() == nil {
+		t.Error("alive after stop")
+	}
+}

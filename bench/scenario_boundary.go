@@ -1,0 +1,286 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+const claimBoundary = "across a window boundary fixed_window admits 2×Q within one window-length span (Q at the end of one window, Q at the start of the next), while sliding_window and token_bucket stay within their documented bounds: sliding, Q plus the previous window's excess over an even spread; token bucket, Q + Q·d/W in any span d"
+
+// The boundary scenario's policy: Q per W for each algorithm, keyed by ip, and a client
+// per algorithm sending at a steady rate far above Q/W.
+const (
+	boundaryQuota  = 20
+	boundaryWindow = 2 * time.Second
+	boundaryRate   = 200 // requests per second per client, 20× the allowed average
+	boundaryPhase  = 0.75
+	boundaryBin    = 100 * time.Millisecond
+	// boundarySlack absorbs the client's view of time: it sees a decision when the
+	// response arrives, a fraction of a millisecond later, which can move one admission
+	// across a span's edge.
+	boundarySlack = 2
+)
+
+var boundaryAlgorithms = []struct {
+	name, path string
+	source     netip.Addr
+}{
+	{"fixed_window", "/fixed/", netip.MustParseAddr("127.0.0.2")},
+	{"sliding_window", "/sliding/", netip.MustParseAddr("127.0.0.3")},
+	{"token_bucket", "/token/", netip.MustParseAddr("127.0.0.4")},
+}
+
+// boundaryStats is what one algorithm admitted.
+type boundaryStats struct {
+	Algorithm string `json:"algorithm"`
+	Admitted  int    `json:"admitted"`
+	Denied    int    `json:"denied"`
+	Other     int    `json:"other"`
+	// PerWindow counts admissions per aligned window, the first one partial.
+	PerWindow []int `json:"per_window"`
+	// PeakWindow is the most admitted within any span of length W, PeakHalf within any
+	// span of W/2.
+	PeakWindow int `json:"peak_in_window_span"`
+	PeakHalf   int `json:"peak_in_half_window_span"`
+	// Bound is the documented bound for the span of PeakWindow (sliding_window: computed
+	// from the previous window's admissions), BoundHalf for spans of W/2 where the
+	// algorithm documents one.
+	Bound     int    `json:"bound_window_span"`
+	BoundHalf int    `json:"bound_half_window_span,omitempty"`
+	Holds     bool   `json:"holds"`
+	Why       string `json:"why"`
+	// Bins are admissions per 100 ms from the start.
+	Bins []int `json:"admitted_per_100ms"`
+}
+
+func runBoundary(ctx context.Context, e *env) (*Report, error) {
+	runFor := time.Duration(4.25 * float64(boundaryWindow))
+	if e.opt.Short {
+		runFor = time.Duration(2.25 * float64(boundaryWindow))
+	}
+	var cfg strings.Builder
+	cfg.WriteString(ipLimitsRaised + abuseOff + "policies:\n")
+	for _, a := range boundaryAlgorithms {
+		fmt.Fprintf(&cfg, "  - {name: %s, match: {path_prefix: %s}, key: [ip], algorithm: %s, quota: %d, window: %v}\n",
+			strings.TrimSuffix(a.name, "_window"), a.path, a.name, boundaryQuota, boundaryWindow)
+	}
+	edge, err := e.startH3edge(ctx, "h3edge", cfg.String())
+	if err != nil {
+		return nil, err
+	}
+
+	// Start at a known phase of the epoch-aligned windows, so that the first window's
+	// quota is spent just before a boundary.
+	start := nextPhase(time.Now().Add(300*time.Millisecond), boundaryWindow, boundaryPhase)
+	e.logf("starting at %s (%.0f%% into a %v window)", start.Format("15:04:05.000"), 100*boundaryPhase, boundaryWindow)
+	if !sleep(ctx, time.Until(start)) {
+		return nil, context.Cause(ctx)
+	}
+	type seen struct {
+		at   time.Time
+		code int
+	}
+	logs := make([][]seen, len(boundaryAlgorithms))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make([]error, len(boundaryAlgorithms))
+	for i, a := range boundaryAlgorithms {
+		wg.Go(func() {
+			_, errs[i] = runLoad(ctx, Config{
+				URL: edge.url(a.path + "x"), Proto: H3, Connections: 1, Streams: 8,
+				Rate: boundaryRate, Duration: runFor, Timeout: 2 * time.Second,
+				Sources: []netip.Addr{a.source}, Pins: []string{edge.pin},
+				OnResponse: func(resp *http.Response) time.Duration {
+					now := time.Now()
+					mu.Lock()
+					logs[i] = append(logs[i], seen{now, resp.StatusCode})
+					mu.Unlock()
+					return 0
+				},
+			})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	rep := &Report{Holds: true}
+	var stats []boundaryStats
+	chart := &Chart{
+		Title:  fmt.Sprintf("Admitted per 100 ms, quota %d per %v, client at %d req/s", boundaryQuota, boundaryWindow, boundaryRate),
+		XLabel: "seconds from start (dashed: window boundaries)",
+		YLabel: "admitted per 100 ms",
+		Panels: true,
+	}
+	for b := boundaryWindow - time.Duration(boundaryPhase*float64(boundaryWindow)); b < runFor; b += boundaryWindow {
+		chart.VLines = append(chart.VLines, Marker{At: b.Seconds(), Label: "boundary"})
+	}
+	for i, a := range boundaryAlgorithms {
+		var admitted []time.Time
+		st := boundaryStats{Algorithm: a.name}
+		for _, s := range logs[i] {
+			switch s.code {
+			case http.StatusOK:
+				admitted = append(admitted, s.at)
+			case http.StatusTooManyRequests:
+				st.Denied++
+			default:
+				st.Other++
+			}
+		}
+		analyzeBoundary(&st, admitted, start, runFor, boundaryQuota, boundaryWindow)
+		stats = append(stats, st)
+		rep.Holds = rep.Holds && st.Holds
+		ser := Series{Name: a.name, Step: true}
+		for k, n := range st.Bins {
+			ser.X = append(ser.X, (time.Duration(k) * boundaryBin).Seconds())
+			ser.Y = append(ser.Y, float64(n))
+		}
+		ser.X = append(ser.X, runFor.Seconds())
+		ser.Y = append(ser.Y, ser.Y[len(ser.Y)-1])
+		chart.Series = append(chart.Series, ser)
+		if st.Other > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d responses or errors other than 200 and 429", a.name, st.Other))
+		}
+	}
+	rep.Chart = chart
+	rep.Table = [][]string{{"algorithm", "admitted", "429", "per window", "peak in W/2", "peak in W", "bound in W", "ok"}}
+	var verdicts []string
+	for _, st := range stats {
+		rep.Table = append(rep.Table, []string{
+			st.Algorithm, fmt.Sprint(st.Admitted), fmt.Sprint(st.Denied), fmt.Sprint(st.PerWindow),
+			fmt.Sprint(st.PeakHalf), fmt.Sprint(st.PeakWindow), fmt.Sprint(st.Bound), okMark(st.Holds),
+		})
+		verdicts = append(verdicts, st.Algorithm+": "+st.Why)
+	}
+	rep.Verdict = strings.Join(verdicts, "; ")
+	rep.Notes = append(rep.Notes,
+		fmt.Sprintf("Q=%d, W=%v, keyed by ip, one h3 client per algorithm at %d req/s open loop, started %.0f%% into a window, run %v; times are when responses arrived, with a slack of %d admissions",
+			boundaryQuota, boundaryWindow, boundaryRate, 100*boundaryPhase, runFor, boundarySlack))
+	rep.Figures = struct {
+		Quota         int             `json:"quota"`
+		WindowSeconds float64         `json:"window_seconds"`
+		Rate          int             `json:"rate"`
+		Algorithms    []boundaryStats `json:"algorithms"`
+	}{boundaryQuota, boundaryWindow.Seconds(), boundaryRate, stats}
+	return rep, nil
+}
+
+// nextPhase returns the first instant at or after t that lies phase (0 to 1) of the way
+// into a window of length w aligned to the Unix epoch.
+func nextPhase(t time.Time, w time.Duration, phase float64) time.Time {
+	off := time.Duration(phase * float64(w))
+	at := windowStart(t, w).Add(off)
+	if at.Before(t) {
+		at = at.Add(w)
+	}
+	return at
+}
+
+// analyzeBoundary fills st from the admission instants of one algorithm, for a run from
+// start lasting runFor, and checks the algorithm's documented bound.
+func analyzeBoundary(st *boundaryStats, admitted []time.Time, start time.Time, runFor time.Duration, q int, w time.Duration) {
+	slices.SortFunc(admitted, func(a, b time.Time) int { return a.Compare(b) })
+	st.Admitted = len(admitted)
+	st.Bins = make([]int, int(math.Ceil(float64(runFor)/float64(boundaryBin))))
+	first := windowStart(start, w)
+	st.PerWindow = make([]int, int((start.Add(runFor).Sub(first)+w-1)/w))
+	for _, t := range admitted {
+		if k := int(t.Sub(start) / boundaryBin); k >= 0 && k < len(st.Bins) {
+			st.Bins[k]++
+		}
+		if k := int(t.Sub(first) / w); k >= 0 && k < len(st.PerWindow) {
+			st.PerWindow[k]++
+		}
+	}
+	st.PeakWindow = peakIn(admitted, w)
+	st.PeakHalf = peakIn(admitted, w/2)
+	switch st.Algorithm {
+	case "fixed_window":
+		// Documented: each aligned window at most Q; 2×Q can pass within W across a
+		// boundary. The scenario shows it: the peak must come close to 2×Q.
+		st.Bound = 2 * q
+		over := slices.Max(st.PerWindow)
+		st.Holds = over <= q+boundarySlack/2 && st.PeakWindow <= 2*q+boundarySlack/2 && st.PeakWindow >= 2*q-boundarySlack
+		st.Why = fmt.Sprintf("peak %d in a W span (2×Q = %d), %d in W/2, at most %d per aligned window", st.PeakWindow, 2*q, st.PeakHalf, over)
+	case "token_bucket":
+		// Documented: it admits what x/time/rate admits with burst Q and rate Q/W: at most
+		// Q + Q·d/W (+1 for the token accrued while the span opens) within any span d.
+		st.Bound = 2*q + 1
+		st.BoundHalf = q + q/2 + 1
+		st.Holds = st.PeakWindow <= st.Bound+boundarySlack && st.PeakHalf <= st.BoundHalf+boundarySlack
+		st.Why = fmt.Sprintf("peak %d in W ≤ %d, %d in W/2 ≤ %d", st.PeakWindow, st.Bound, st.PeakHalf, st.BoundHalf)
+	case "sliding_window":
+		// Documented: within any span [a, a+W) it admits at most Q plus the excess of
+		// the admissions of a's window that fall after a over an even spread of them.
+		worst, worstBound := 0, 0
+		slack := math.MaxInt
+		for i, a := range admitted {
+			n := countIn(admitted[i:], a.Add(w))
+			b := slidingBound(admitted, a, q, w)
+			if b-n < slack {
+				slack, worst, worstBound = b-n, n, b
+			}
+		}
+		st.Bound = worstBound
+		if len(admitted) == 0 {
+			st.Bound = q
+		}
+		st.Holds = slack >= -boundarySlack
+		st.Why = fmt.Sprintf("peak %d in W, tightest span %d ≤ bound %d; %d in W/2", st.PeakWindow, worst, worstBound, st.PeakHalf)
+	}
+}
+
+// windowStart returns the start of t's window of length w, aligned to the Unix epoch as
+// h3edge aligns fixed and sliding windows (time.Truncate aligns to year 1 instead).
+func windowStart(t time.Time, w time.Duration) time.Time {
+	ns := t.UnixNano()
+	return time.Unix(0, ns-ns%int64(w))
+}
+
+// slidingBound is sliding_window's documented bound for the span [a, a+W): Q plus the
+// admissions of a's aligned window at or after a, less what an even spread of that
+// window's admissions would put there.
+func slidingBound(admitted []time.Time, a time.Time, q int, w time.Duration) int {
+	ws := windowStart(a, w)
+	we := ws.Add(w)
+	var total, after int
+	for _, t := range admitted {
+		if !t.Before(ws) && t.Before(we) {
+			total++
+			if !t.Before(a) {
+				after++
+			}
+		}
+	}
+	even := float64(total) * float64(we.Sub(a)) / float64(w)
+	return q + int(math.Ceil(max(float64(after)-even, 0)))
+}
+
+// peakIn returns the most instants of sorted ts within any half-open span of length d.
+func peakIn(ts []time.Time, d time.Duration) int {
+	best, j := 0, 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < d {
+			j++
+		}
+		best = max(best, j-i)
+	}
+	return best
+}
+
+// countIn counts the leading instants of sorted ts before end.
+func countIn(ts []time.Time, end time.Time) int {
+	n, _ := slices.BinarySearchFunc(ts, end, func(t, e time.Time) int { return t.Compare(e) })
+	return n
+}

@@ -1,0 +1,304 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The scenario tests run each implemented scenario in short mode against real
+// processes: h3edge built from this module (or $H3EDGE) and the bare server, which is
+// this test binary run again with -h3bench.serve-bare.
+
+var serveBareFlag = flag.String("h3bench.serve-bare", "", "run the bare server on this address instead of the tests (used by the scenario tests)")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if *serveBareFlag != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := ServeBare(ctx, *serveBareFlag, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	if builtDir != "" {
+		os.RemoveAll(builtDir)
+	}
+	os.Exit(code)
+}
+
+// inCI reports whether missing tools must fail the tests instead of skipping them.
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+// need skips the test when a tool is missing, or fails it under CI=true.
+func need(t *testing.T, what string, ok bool) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if inCI() {
+		t.Fatalf("%s unavailable (CI=true: failing instead of skipping)", what)
+	}
+	t.Skipf("%s unavailable", what)
+}
+
+var (
+	buildOnce sync.Once
+	builtDir  string
+	builtBin  string
+	buildErr  error
+)
+
+// h3edgeForTests returns $H3EDGE or an h3edge built once for the test binary.
+func h3edgeForTests(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("H3EDGE"); p != "" {
+		return p
+	}
+	_, err := exec.LookPath("go")
+	need(t, "the go command (to build h3edge; or set $H3EDGE)", err == nil)
+	buildOnce.Do(func() {
+		builtDir, buildErr = os.MkdirTemp("", "h3bench-test-")
+		if buildErr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			builtBin, buildErr = buildH3edge(ctx, builtDir)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building h3edge: %v", buildErr)
+	}
+	return builtBin
+}
+
+// scenarioOptions are the short-mode options the tests run scenarios with.
+func scenarioOptions(t *testing.T) ScenarioOptions {
+	need(t, "Linux (/proc)", runtime.GOOS == "linux")
+	need(t, "taskset and two CPUs", pinning())
+	return ScenarioOptions{
+		Short:  true,
+		H3edge: h3edgeForTests(t),
+		BareCommand: func(listen string) []string {
+			return []string{os.Args[0], "-h3bench.serve-bare=" + listen}
+		},
+		Dir: t.TempDir(),
+		Log: tlog{t},
+	}
+}
+
+// tlog writes progress lines to the test log.
+type tlog struct{ t *testing.T }
+
+func (l tlog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func TestScenarios(t *testing.T) {
+	for _, name := range []string{"baseline", "boundary", "fields", "noisy-neighbour"} {
+		t.Run(name, func(t *testing.T) {
+			opt := scenarioOptions(t)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			start := time.Now()
+			rep, err := RunScenario(ctx, name, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text strings.Builder
+			rep.WriteText(&text)
+			t.Logf("\n%s", text.String())
+			if !rep.Holds {
+				t.Errorf("claim does not hold: %s", rep.Verdict)
+			}
+			if d := time.Since(start); d > 12*time.Second {
+				t.Errorf("short mode took %v, want at most 10 s (plus the build)", d)
+			}
+			if !rep.Pinned {
+				t.Error("servers not pinned although taskset is available")
+			}
+			b, err := json.Marshal(rep)
+			if err != nil || !json.Valid(b) || !bytes.Contains(b, []byte(`"holds":true`)) {
+				t.Errorf("JSON: %v %s", err, b)
+			}
+			if rep.Chart == nil {
+				t.Fatal("no chart")
+			}
+			var svg bytes.Buffer
+			if err := rep.Chart.WriteSVG(&svg); err != nil {
+				t.Fatal(err)
+			}
+			checkXML(t, svg.Bytes())
+		})
+	}
+}
+
+func TestScenarioWaitingAndUnknown(t *testing.T) {
+	for _, name := range []string{"accuracy", "outage", "drop-cost"} {
+		_, err := RunScenario(t.Context(), name, ScenarioOptions{})
+		we, ok := errors.AsType[*WaitingError](err)
+		if !ok || len(we.For) == 0 || !strings.Contains(err.Error(), "waiting for: ") {
+			t.Errorf("%s: err = %v, want a WaitingError", name, err)
+		}
+	}
+	if _, err := RunScenario(t.Context(), "nope", ScenarioOptions{}); !errors.Is(err, ErrUnknownScenario) {
+		t.Errorf("unknown scenario: err = %v", err)
+	}
+	if got := ScenarioNames(); len(got) != 7 {
+		t.Errorf("ScenarioNames() = %v, want the 7 of DESIGN §3", got)
+	}
+}
+
+func TestServeBare(t *testing.T) {
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- ServeBare(ctx, addr, pw) }()
+	line, err := readLine(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr)
+	m := pinRe.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("ready line %q has no pin", line)
+	}
+	for _, p := range []Proto{H3, H2, H1} {
+		var got struct {
+			Proto      string              `json:"proto"`
+			ClientAddr string              `json:"client_addr"`
+			Path       string              `json:"path"`
+			Headers    map[string][]string `json:"headers"`
+		}
+		res := runT(t, Config{URL: "https://" + addr + "/echo", Proto: p, Requests: 10, Pins: []string{m[1]}})
+		if res.Status[200] != 10 {
+			t.Fatalf("%s: status %v, errors %v", p, res.Status, res.Errors)
+		}
+		body := fetchBody(t, p, "https://"+addr+"/echo", m[1])
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatalf("%s: %v: %s", p, err, body)
+		}
+		want := map[Proto]string{H3: "HTTP/3.0", H2: "HTTP/2.0", H1: "HTTP/1.1"}[p]
+		if got.Proto != want || got.ClientAddr != "127.0.0.1" || got.Path != "/echo" || got.Headers["X-Test"][0] != "1" {
+			t.Errorf("%s: echo %+v", p, got)
+		}
+		body = fetchBody(t, p, "https://"+addr+"/bytes?n=70000", m[1])
+		if len(body) != 70000 {
+			t.Errorf("%s: /bytes?n=70000 gave %d bytes", p, len(body))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fetchBody GETs url once over p, with the header X-Test: 1, and returns the body (Run
+// discards bodies, so this uses one of its clients directly).
+func fetchBody(t *testing.T, p Proto, url, pin string) []byte {
+	t.Helper()
+	c := Config{URL: url, Proto: p, Pins: []string{pin}, Header: map[string][]string{"X-Test": {"1"}}}.withDefaults()
+	r, err := newRun(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	resp, err := r.clients[0].roundTrip(r.request(ctx, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readLine(r io.Reader) (string, error) {
+	var b []byte
+	one := make([]byte, 1)
+	for {
+		if _, err := r.Read(one); err != nil {
+			return string(b), err
+		}
+		if one[0] == '\n' {
+			return string(b), nil
+		}
+		b = append(b, one[0])
+	}
+}
+
+func TestRedisHelper(t *testing.T) {
+	_, err := exec.LookPath("redis-server")
+	need(t, "redis-server", err == nil)
+	e := &env{opt: ScenarioOptions{NoPin: true}, log: tlog{t}, dir: t.TempDir()}
+	defer e.close()
+	p, addr, err := e.startRedis(t.Context(), "redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := readLine(c)
+	if err != nil || reply != "+PONG\r" {
+		t.Fatalf("PING: %q, %v", reply, err)
+	}
+	if cpu, err := p.cpu(); err != nil || cpu < 0 {
+		t.Errorf("redis CPU %v, %v", cpu, err)
+	}
+}
+
+// checkXML fails the test unless b is well-formed XML whose root is an svg element.
+func checkXML(t *testing.T, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, b)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("root element %q, want svg", root)
+	}
+}

@@ -1,0 +1,92 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestChartSVG(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		chart Chart
+		want  []string // substrings of the document
+	}{
+		{
+			name: "lines",
+			chart: Chart{
+				Title: `a <title> & "quotes"`, XLabel: "s", YLabel: "n",
+				Series: []Series{
+					{Name: "one", X: []float64{0, 1, 2}, Y: []float64{1, 3, 2}},
+					{Name: "two", X: []float64{0, 1, 2}, Y: []float64{0, 5, 1}, Step: true},
+				},
+				VLines: []Marker{{At: 1.5, Label: "boundary"}},
+				HLines: []Marker{{At: 4, Label: "limit"}},
+			},
+			want: []string{"a &lt;title&gt; &amp; &#34;quotes&#34;", ">one<", ">two<", "boundary", "limit", " H", "stroke-dasharray"},
+		},
+		{
+			name: "panels",
+			chart: Chart{
+				Title: "panels", Panels: true,
+				Series: []Series{
+					{Name: "fixed", X: []float64{0, 1}, Y: []float64{20, 0}, Step: true},
+					{Name: "sliding", X: []float64{0, 1}, Y: []float64{1, 1}, Step: true},
+				},
+			},
+			want: []string{`height="318"`, ">fixed<", ">sliding<"},
+		},
+		{
+			name: "bars with whiskers",
+			chart: Chart{
+				Title: "bars", Categories: []string{"h3", "h2"},
+				Series: []Series{{Name: "ratio", Y: []float64{0.9, 1.1}, Low: []float64{0.8, 1}, High: []float64{1, 1.2}}},
+				HLines: []Marker{{At: 0.9}},
+			},
+			want: []string{">h3<", ">h2<", "<rect", "<title>ratio h3: 0.9</title>"},
+		},
+		{
+			name:  "empty",
+			chart: Chart{Title: "nothing"},
+			want:  []string{"nothing"},
+		},
+		{
+			name: "odd values",
+			chart: Chart{
+				Series: []Series{{Name: "flat", X: []float64{5, 5}, Y: []float64{-3, -3}}},
+			},
+			want: []string{">flat<"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := tc.chart.WriteSVG(&b); err != nil {
+				t.Fatal(err)
+			}
+			checkXML(t, b.Bytes())
+			s := b.String()
+			for _, w := range tc.want {
+				if !strings.Contains(s, w) {
+					t.Errorf("missing %q in\n%s", w, s)
+				}
+			}
+			if strings.Contains(s, "NaN") || strings.Contains(s, "Inf") {
+				t.Errorf("non-finite coordinates in\n%s", s)
+			}
+		})
+	}
+}
+
+func TestNiceStep(t *testing.T) {
+	for _, tc := range []struct{ raw, want float64 }{
+		{0.7, 1}, {1, 1}, {1.3, 2}, {3, 5}, {7, 10}, {0.013, 0.02}, {450, 500}, {0, 1}, {math.Inf(1), 1},
+	} {
+		if got := niceStep(tc.raw); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("niceStep(%g) = %g, want %g", tc.raw, got, tc.want)
+		}
+	}
+	if got := fmtTick(0.30000000000000004, 0.1); got != "0.3" {
+		t.Errorf("fmtTick = %q", got)
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/h3edge/h3edge/bench"
+)
+
+// Exit codes of h3bench scenario.
+const (
+	exitHolds   = 0
+	exitFails   = 1
+	exitUsage   = 2
+	exitWaiting = 3
+	exitNoRun   = 4
+)
+
+func scenario(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("h3bench scenario", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		opt      bench.ScenarioOptions
+		jsonFile = fs.String("json", "", "write the report as JSON to this file")
+		svgFile  = fs.String("svg", "", "write the chart as SVG to this file")
+		quiet    = fs.Bool("q", false, "no progress lines on stderr")
+	)
+	fs.BoolVar(&opt.Short, "short", false, "short mode (≤ 10 s, as CI runs it)")
+	fs.StringVar(&opt.H3edge, "h3edge", "", "h3edge binary (default: $H3EDGE, else go build ./cmd/h3edge of the module in the working directory)")
+	fs.BoolVar(&opt.NoPin, "no-pin", false, "do not pin the servers to CPU 0 and h3bench to CPU 1 with taskset")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: h3bench scenario NAME [-short] [-json FILE] [-svg FILE] [-h3edge PATH] [-no-pin] [-q]")
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "\nscenarios:")
+		listScenarios(stderr)
+	}
+	// The name may come before or after the flags.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return exitUsage
+		}
+	}
+	if name == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "h3bench scenario: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if _, _, err := bench.ScenarioClaim(name); err != nil {
+		fmt.Fprintf(stderr, "h3bench scenario: %v\n", err)
+		return exitUsage
+	}
+	if !*quiet {
+		opt.Log = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunScenario(ctx, name, opt)
+	if we, ok := errors.AsType[*bench.WaitingError](err); ok {
+		claim, _, _ := bench.ScenarioClaim(name)
+		fmt.Fprintf(stdout, "scenario %s\nclaim: %s\nwaiting for: %s\n", name, claim, strings.Join(we.For, "\nwaiting for: "))
+		return exitWaiting
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "h3bench scenario %s: %v\n", name, err)
+		return exitNoRun
+	}
+	rep.WriteText(stdout)
+	if *jsonFile != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*jsonFile, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "h3bench scenario: -json: %v\n", err)
+			return exitNoRun
+		}
+	}
+	if *svgFile != "" && rep.Chart != nil {
+		f, err := os.Create(*svgFile)
+		if err == nil {
+			err = rep.Chart.WriteSVG(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "h3bench scenario: -svg: %v\n", err)
+			return exitNoRun
+		}
+	}
+	if !rep.Holds {
+		return exitFails
+	}
+	return exitHolds
+}
+
+func listScenarios(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, name := range bench.ScenarioNames() {
+		claim, waiting, _ := bench.ScenarioClaim(name)
+		state := "runs"
+		if len(waiting) > 0 {
+			state = "waiting"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, state, claim)
+	}
+	tw.Flush()
+}
+
+// serveBare runs the bare baseline server until SIGINT or SIGTERM.
+func serveBare(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("h3bench serve-bare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8444", "address for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "h3bench serve-bare: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench.ServeBare(ctx, *listen, stderr); err != nil {
+		fmt.Fprintf(stderr, "h3bench serve-bare: %v\n", err)
+		return 1
+	}
+	return 0
+}
