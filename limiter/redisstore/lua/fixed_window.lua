@@ -1,0 +1,37 @@
+-- fixed_window.lua: fixed_window (code f). Mirrors limiter/step.go fixed. State: t =
+-- window start in ns, n = units this window.
+--
+-- Policy fields: quota.
+-- Request fields: a1, a2 = start of now's window (hi, lo); a3 = ms until its end.
+-- Refund fields: a1, a2 = start of the window the units were charged in.
+
+ALG.f = {
+  fields = { 'quota' },
+  load = loadPacked,
+  step = function(pol, st, cost, a1, a2)
+    if diff(a1, a2, st.hi, st.lo) > 0 then
+      st.hi, st.lo, st.n, st.p = a1, a2, 0, 0
+    end
+    if cost == 0 then return true end
+    if cost > pol.quota then return false end
+    if st.n + cost <= pol.quota then
+      st.n = st.n + cost
+      return true
+    end
+    return false
+  end,
+  out = outPacked,
+  save = function(key, pol, st, a1, a2, a3)
+    if st.hi == a1 and st.lo == a2 then
+      redis.call('SET', key, encode(st), 'PX', a3 + MARGIN)
+    else -- a later window stored by an edge whose clock is ahead: keep its expiry
+      redis.call('SET', key, encode(st), 'KEEPTTL')
+    end
+  end,
+  refund = function(key, pol, units, s, a1, a2)
+    local st = loadPacked(key)
+    if st.hi ~= a1 or st.lo ~= a2 then return end -- that window is over
+    st.n = math.max(st.n - units, 0)
+    redis.call('SET', key, encode(st), 'KEEPTTL')
+  end,
+}
