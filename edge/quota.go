@@ -93,6 +93,7 @@ func (s *Server) decideEnforced(ctx context.Context, now time.Time, d *decision)
 	// 2. Decide the global policies in Redis.
 	global, gok, gerr := s.global.Decide(ctx, now, d.greq, d.scratch[:0])
 	d.scratch = global
+	s.metrics.observeStore(time.Since(now), gerr)
 	if gerr != nil {
 		return s.fallBack(ctx, now, d, gerr)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/redisstore"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -60,6 +61,8 @@ type Server struct {
 	rules  atomic.Pointer[rules]
 	store  *limiter.Local
 	global globalStore // nil without redis:
+	redis  *redisstore.Store
+	bans   *redisstore.BanBus // nil unless bans are shared
 	hasher hasher
 	plans  atomic.Pointer[plans]
 
@@ -142,6 +145,9 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	}
 	s.metrics.bans = boxBans{s}
 	s.rejectLog = newSampler(10)
+	if err := s.initGlobal(cfg); err != nil {
+		return nil, err
+	}
 	origin, err := buildOrigin(cfg)
 	if err != nil {
 		return nil, err
@@ -424,6 +430,10 @@ func (s *Server) closeSockets() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
+	if s.redis != nil {
+		errs = append(errs, s.redis.Close())
+		s.redis = nil
+	}
 	if s.quicLn != nil {
 		s.quicLn.Close()
 	}

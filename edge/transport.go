@@ -46,6 +46,7 @@ func (s *Server) onBan(b limiter.Ban) {
 	tcp := s.kickTCP(b.Prefix)
 	s.log.Warn("source banned", "prefix", b.Prefix.String(), "until", b.Until.Format(time.RFC3339Nano),
 		"count", b.Count, "reason", b.Reason, "closed_quic", quic, "closed_tcp", tcp)
+	s.publishBan(b)
 }
 
 // reject counts a rejection (429) of the request's source toward a ban.

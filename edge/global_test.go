@@ -1,0 +1,152 @@
+package edge
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/h3edge/h3edge/limiter"
+)
+
+// redisServer is a redis-server process this test started on a free port.
+type redisServer struct {
+	cmd  *exec.Cmd
+	port int
+	url  string
+}
+
+// startRedis starts a private redis-server. A missing binary skips the test locally
+// and fails it under CI=true.
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not installed; .ci/run installs it")
+		}
+		t.Skip("redis-server not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	r := &redisServer{port: port, url: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
+	r.start(t, bin)
+	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
+	return r
+}
+
+func (r *redisServer) start(t testing.TB, bin string) {
+	t.Helper()
+	r.cmd = exec.Command(bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// kill stops Redis at once (SIGKILL).
+func (r *redisServer) kill() { r.cmd.Process.Signal(syscall.SIGKILL); r.cmd.Wait() }
+
+func TestGlobalQuotaAcrossEdges(t *testing.T) {
+	rd := startRedis(t)
+	mk := func() *testEdge {
+		return startEdge(t, func(c *Config) {
+			c.Redis = &RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
+			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Policies = []Policy{{Name: "burst", Key: []string{"header:X-API-Key"}, Quota: 10, Window: time.Minute}}
+		})
+	}
+	a, b := mk(), mk()
+	ca, cb := clientFor(t, "h3"), clientFor(t, "h2")
+	ok := 0
+	for i := range 30 {
+		e, c := a, ca
+		if i%2 == 1 {
+			e, c = b, cb
+		}
+		resp, _ := do(t, c, "GET", e.url+"/", map[string]string{"X-API-Key": "shared"}, nil)
+		switch resp.StatusCode {
+		case 200:
+			ok++
+		case 429:
+		default:
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if ok != 10 {
+		t.Errorf("two edges admitted %d requests of one key, want exactly the quota, 10", ok)
+	}
+}
+
+func TestStoreFailureModes(t *testing.T) {
+	rd := startRedis(t)
+	e := startEdge(t, func(c *Config) {
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 20 * time.Millisecond}
+		c.Abuse.Rejections = 1000000
+		c.Policies = []Policy{
+			{Name: "open", Match: Match{PathPrefix: "/open"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "open"},
+			{Name: "closed", Match: Match{PathPrefix: "/closed"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "closed"},
+		}
+	})
+	c := clientFor(t, "h2")
+	if resp, _ := do(t, c, "GET", e.url+"/open", nil, nil); resp.StatusCode != 200 {
+		t.Fatalf("with Redis up: %d", resp.StatusCode)
+	}
+	rd.kill()
+	// closed: 503 with the problem type; never slower than the budget allows.
+	start := time.Now()
+	resp, body := do(t, c, "GET", e.url+"/closed", nil, nil)
+	if resp.StatusCode != 503 || !contains503(body) || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("fail-closed policy with Redis dead: %d %s", resp.StatusCode, body)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a decision with Redis dead took %v", d)
+	}
+	// open: admitted, but the local backstop with the same quota still limits.
+	codes := map[int]int{}
+	for range 6 {
+		resp, _ := do(t, c, "GET", e.url+"/open", nil, nil)
+		codes[resp.StatusCode]++
+	}
+	if codes[200] != 3 || codes[429] != 3 {
+		t.Errorf("fail-open policy with Redis dead: %v, want 3 admitted by the backstop, then 429", codes)
+	}
+}
+
+func contains503(body []byte) bool {
+	return bytes.Contains(body, []byte("#temporary-reduced-capacity")) &&
+		bytes.Contains(body, []byte(`"violated-policies":["closed"]`))
+}
+
+func TestSharedBans(t *testing.T) {
+	rd := startRedis(t)
+	mk := func() *testEdge {
+		return startEdge(t, func(c *Config) {
+			c.Redis = &RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
+		})
+	}
+	a, b := mk(), mk()
+	p := netip.MustParsePrefix("127.0.0.77/32")
+	if err := a.box.Add(limiter.Ban{Prefix: p, Until: time.Now().Add(time.Minute), Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor(t, time.Second, func() bool { return b.box.Banned(p.Addr()) })
+	t.Logf("ban made on edge A applied on edge B after %v", time.Since(start))
+}
