@@ -3,7 +3,9 @@ package edge
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -149,4 +151,72 @@ func TestSharedBans(t *testing.T) {
 	start := time.Now()
 	waitFor(t, time.Second, func() bool { return b.box.Banned(p.Addr()) })
 	t.Logf("ban made on edge A applied on edge B after %v", time.Since(start))
+}
+
+// TestMetricsStoreFailureLive: a scripted mix with Redis killed mid-way; the counters in
+// /metrics (through the edge's own admin listener) have exactly the expected values.
+func TestMetricsStoreFailureLive(t *testing.T) {
+	rd := startRedis(t)
+	e := startEdge(t, func(c *Config) {
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 20 * time.Millisecond}
+		c.Abuse.Rejections = 1000000
+		c.Policies = []Policy{
+			{Name: "open", Match: Match{PathPrefix: "/open"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "open"},
+			{Name: "closed", Match: Match{PathPrefix: "/closed"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "closed"},
+		}
+	})
+	c := clientFor(t, "h2")
+	key := "before"
+	get := func(path string) int {
+		resp, _ := do(t, c, "GET", e.url+path, map[string]string{"X-API-Key": key}, nil)
+		return resp.StatusCode
+	}
+	// Redis up: open 200, 200, 429; closed 200.
+	for _, want := range []int{200, 200, 429} {
+		if got := get("/open"); got != want {
+			t.Fatalf("/open with Redis: %d, want %d", got, want)
+		}
+	}
+	if got := get("/closed"); got != 200 {
+		t.Fatalf("/closed with Redis: %d", got)
+	}
+	rd.kill()
+	// Redis dead, a new key (the old one's denial is remembered until its Retry-After:
+	// still denied, rightly): open falls back to its backstop — 2 admitted, then 429;
+	// closed answers 503.
+	key = "after"
+	var open, closed []int
+	for range 3 {
+		open = append(open, get("/open"))
+	}
+	for range 2 {
+		closed = append(closed, get("/closed"))
+	}
+	if fmt.Sprint(open, closed) != "[200 200 429] [503 503]" {
+		t.Fatalf("with Redis dead: open %v, closed %v", open, closed)
+	}
+	resp, err := http.Get("http://" + e.AdminAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	got := parseExposition(t, body)
+	for series, want := range map[string]float64{
+		`h3edge_ratelimit_decisions_total{policy="open",result="allowed"}`:         2,
+		`h3edge_ratelimit_decisions_total{policy="open",result="denied"}`:          1,
+		`h3edge_ratelimit_decisions_total{policy="open",result="failed_open"}`:     3,
+		`h3edge_ratelimit_decisions_total{policy="closed",result="allowed"}`:       1,
+		`h3edge_ratelimit_decisions_total{policy="closed",result="failed_closed"}`: 2,
+		`h3edge_requests_total{code="503",proto="h2"}`:                             2,
+		`h3edge_requests_total{code="429",proto="h2"}`:                             2,
+		`h3edge_requests_total{code="200",proto="h2"}`:                             5,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
+		}
+	}
+	if got[`h3edge_store_errors_total`] < 4 {
+		t.Errorf("store_errors_total = %v, want at least the 5 failed decisions but those the open circuit answered", got[`h3edge_store_errors_total`])
+	}
 }
