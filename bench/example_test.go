@@ -129,7 +129,7 @@ func ExampleScenarioClaim() {
 	// fields true
 	// accuracy false
 	// outage false
-	// drop-cost false
+	// drop-cost true
 }
 
 func ExampleRunScenario() {

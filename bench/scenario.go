@@ -110,14 +110,7 @@ var scenarios = []scenario{
 			"the Redis store (limiter/redisstore) and `redis:` in the configuration (refused as not supported yet)",
 		},
 	},
-	{
-		name:  "drop-cost",
-		claim: "server CPU per refused request falls at each layer: 429 > stream refusal > connection refusal > banned datagram",
-		waitingFor: []string{
-			"a handshake and datagram flood client in h3bench (its clients keep their connections, so they cannot load the connection and socket layers); " +
-				"the penalty box and admin API it reads are in the build now",
-		},
-	},
+	{name: "drop-cost", claim: claimDropCost, run: runDropCost},
 }
 
 // ScenarioNames lists the scenarios, runnable or not, in the order of the README.

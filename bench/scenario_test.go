@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -151,8 +153,141 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestDropCost runs drop-cost in short mode. Its claim does not hold in this build (see
+// README: a banned datagram is about 6× cheaper than a full 429, not 50×, and refused
+// QUIC handshakes and TCP accepts cost more per unit than refused h3 streams), so the
+// verdict is logged, not asserted. What is asserted: the measurement works — every
+// layer refused units and counted them, the flooders saw what h3edge counted, nothing
+// answered the banned source, no layer leaked into another — and the one ordering the
+// README states as holding, that a banned source's datagram is the cheapest unit.
+func TestDropCost(t *testing.T) {
+	opt := scenarioOptions(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := RunScenario(ctx, "drop-cost", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	t.Logf("\n%s", text.String())
+	if d := time.Since(start); d > 12*time.Second {
+		t.Errorf("short mode took %v, want at most 10 s (plus the build)", d)
+	}
+	if !rep.Pinned {
+		t.Error("servers not pinned although taskset is available")
+	}
+	fig, ok := rep.Figures.(*dropCostFigures)
+	if !ok {
+		t.Fatalf("figures %T", rep.Figures)
+	}
+	layers := make(map[string]*dropResult)
+	for _, l := range fig.Layers {
+		layers[l.Key] = l
+		if !(l.PerUnitUs > 0) || math.IsInf(l.PerUnitUs, 0) {
+			t.Errorf("%s: %v µs per unit", l.Key, l.PerUnitUs)
+		}
+		if len(l.Stray) > 0 {
+			t.Errorf("%s: other refusal counters moved: %v", l.Key, l.Stray)
+		}
+		var units float64
+		saw := make(map[string]int64)
+		for _, r := range l.Rounds {
+			units += r.Units
+			for k, v := range r.Client.Outcomes {
+				saw[k] += v
+			}
+		}
+		// What the flooder saw refused, h3edge counted (QUIC handshakes may count a
+		// retransmitted Initial twice; replayed datagrams are partly dropped unread).
+		var client int64
+		switch l.Key {
+		case "datagram":
+			client = saw["sent"]
+			if saw["answered"] != 0 {
+				t.Errorf("datagram: h3edge answered the banned source %d times", saw["answered"])
+			}
+		case "quic":
+			client = saw["refused"]
+		case "tcp", "stream":
+			client = saw["reset"]
+		case "prebuilt", "full-h3", "full-h2":
+			client = saw["429"]
+		}
+		if l.Key != "quic-replay" {
+			if lo, hi := 0.97*float64(client), 1.15*float64(client); units < lo || units > hi {
+				t.Errorf("%s: h3edge counted %.0f units, the flooder saw %d (%v)", l.Key, units, client, saw)
+			}
+		}
+	}
+	dg := layers["datagram"]
+	for _, k := range []string{"quic", "tcp", "stream", "prebuilt", "full-h3", "full-h2"} {
+		if dg.PerUnitUs >= layers[k].PerUnitUs {
+			t.Errorf("a banned datagram (%.2f µs) costs no less than a %s (%.2f µs)", dg.PerUnitUs, layers[k].Name, layers[k].PerUnitUs)
+		}
+	}
+	t.Logf("claim holds: %v: %s", rep.Holds, rep.Verdict)
+	b, err := json.Marshal(rep)
+	if err != nil || !json.Valid(b) {
+		t.Errorf("JSON: %v %s", err, b)
+	}
+	var svg bytes.Buffer
+	if err := rep.Chart.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	checkXML(t, svg.Bytes())
+}
+
+func TestParseExposition(t *testing.T) {
+	in := `# HELP h3edge_bans_total Bans.
+# TYPE h3edge_bans_total counter
+h3edge_bans_total 3
+h3edge_requests_total{code="429",proto="h3"} 1.5e+06
+h3edge_x{label="with space } inside"} 7 1700000000000
+go_info{version="go1.26.8"} 1
+`
+	got, err := parseExposition(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{
+		"h3edge_bans_total":                            3,
+		`h3edge_requests_total{code="429",proto="h3"}`: 1.5e6,
+		`h3edge_x{label="with space } inside"}`:        7,
+		`go_info{version="go1.26.8"}`:                  1,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := parseExposition(strings.NewReader("h3edge_bad{} x\n")); err == nil {
+		t.Error("a bad value parsed")
+	}
+}
+
+func TestInitialToken(t *testing.T) {
+	// Long header Initial: flags, version 1, DCID (2 bytes), SCID (0), token length 3
+	// (one-byte varint), token, then the rest.
+	pkt := []byte{0xc3, 0, 0, 0, 1, 2, 0xaa, 0xbb, 0, 3, 't', 'o', 'k', 0x44, 0xd0}
+	if tok, ok := initialToken(pkt); !ok || string(tok) != "tok" {
+		t.Errorf("token %q, %v", tok, ok)
+	}
+	noTok := []byte{0xc3, 0, 0, 0, 1, 1, 0xaa, 1, 0xbb, 0, 0x44, 0xd0}
+	if tok, ok := initialToken(noTok); !ok || len(tok) != 0 {
+		t.Errorf("no token: %q, %v", tok, ok)
+	}
+	// A two-byte varint length (0x40 0x05 = 5) running past the end.
+	if _, ok := initialToken([]byte{0xc3, 0, 0, 0, 1, 0, 0, 0x40, 5, 'x'}); ok {
+		t.Error("a truncated token parsed")
+	}
+	// A Handshake packet (type 2) is not an Initial.
+	if _, ok := initialToken([]byte{0xe3, 0, 0, 0, 1, 0, 0, 0, 0}); ok {
+		t.Error("a Handshake packet parsed as an Initial")
+	}
+}
+
 func TestScenarioWaitingAndUnknown(t *testing.T) {
-	for _, name := range []string{"accuracy", "outage", "drop-cost"} {
+	for _, name := range []string{"accuracy", "outage"} {
 		_, err := RunScenario(t.Context(), name, ScenarioOptions{})
 		we, ok := errors.AsType[*WaitingError](err)
 		if !ok || len(we.For) == 0 || !strings.Contains(err.Error(), "waiting for: ") {

@@ -20,8 +20,12 @@ type Chart struct {
 	Series     []Series
 	// VLines and HLines are dashed reference lines at an x (line charts only) or a y.
 	VLines, HLines []Marker
-	// YMin, YMax fix the y range when YMax > YMin; otherwise it spans 0 and the data.
+	// YMin, YMax fix the y range when YMax > YMin; otherwise it spans 0 and the data
+	// (with YLog: the decades around the positive data).
 	YMin, YMax float64
+	// YLog draws the y axis on a base-10 log scale, for values that span decades. Values
+	// at or below zero are drawn at the axis floor; bars rise from it.
+	YLog bool
 	// Panels draws each line in its own panel, stacked over a shared x axis and y
 	// range, so that lines which coincide stay visible. Line charts only.
 	Panels bool
@@ -165,8 +169,14 @@ func (p *svgPlot) ranges() {
 	for _, m := range c.VLines {
 		p.x0, p.x1 = min(p.x0, m.At), max(p.x1, m.At)
 	}
-	if c.YMax > c.YMin {
+	if c.YLog {
+		p.logRange()
+	}
+	if c.YMax > c.YMin && (!c.YLog || c.YMin > 0) {
 		p.y0, p.y1 = c.YMin, c.YMax
+	}
+	if c.YLog {
+		return
 	}
 	if math.IsInf(p.y1, -1) || p.y1 <= p.y0 {
 		p.y1 = p.y0 + 1
@@ -181,25 +191,81 @@ func (p *svgPlot) ranges() {
 	}
 }
 
+// logRange sets the y range of a log-scale chart to whole decades around the positive
+// values (one decade, 1 to 10, if there are none).
+func (p *svgPlot) logRange() {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	see := func(v float64) {
+		if v > 0 && !math.IsInf(v, 0) {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	for _, s := range p.c.Series {
+		for i, y := range s.Y {
+			see(y)
+			if i < len(s.Low) {
+				see(s.Low[i])
+			}
+			if i < len(s.High) {
+				see(s.High[i])
+			}
+		}
+	}
+	for _, m := range p.c.HLines {
+		see(m.At)
+	}
+	if math.IsInf(lo, 1) {
+		lo, hi = 1, 10
+	}
+	p.y0 = math.Pow(10, math.Floor(math.Log10(lo)))
+	p.y1 = math.Pow(10, math.Ceil(math.Log10(hi)))
+	if p.y1 <= p.y0 {
+		p.y1 = p.y0 * 10
+	}
+}
+
 func (p *svgPlot) sx(x float64) float64 {
 	return plotL + (x-p.x0)/(p.x1-p.x0)*(svgW-plotL-plotR)
 }
 
 func (p *svgPlot) sy(y float64) float64 {
+	if p.c.YLog {
+		y = max(y, p.y0) // zero and below sit on the floor
+		return p.bottom - math.Log10(y/p.y0)/math.Log10(p.y1/p.y0)*(p.bottom-p.top)
+	}
 	return p.bottom - (y-p.y0)/(p.y1-p.y0)*(p.bottom-p.top)
 }
 
 // yAxis draws the grid, the y ticks and the axis lines of the current band.
 func (p *svgPlot) yAxis() {
 	left, right := plotL, svgW-plotR
-	st := niceStep((p.y1 - p.y0) / 5)
-	if p.bottom-p.top < 150 {
-		st = niceStep((p.y1 - p.y0) / 3)
-	}
-	for v := p.y0; v <= p.y1+st/1e6; v += st {
+	tick := func(v float64, label string) {
 		y := p.sy(v)
 		p.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#e4e4e4"/>`+"\n", left, y, right, y)
-		p.printf(`<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, fmtTick(v, st))
+		if label != "" {
+			p.printf(`<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, label)
+		}
+	}
+	if p.c.YLog {
+		// Decades, labelled; 2× and 5× lines too when there are few decades.
+		decades := int(math.Round(math.Log10(p.y1 / p.y0)))
+		for d := 0; d <= decades; d++ {
+			v := p.y0 * math.Pow(10, float64(d))
+			tick(v, fmtTick(v, min(v, 1)))
+			for _, m := range []float64{2, 5} {
+				if d < decades && decades <= 4 {
+					tick(m*v, "")
+				}
+			}
+		}
+	} else {
+		st := niceStep((p.y1 - p.y0) / 5)
+		if p.bottom-p.top < 150 {
+			st = niceStep((p.y1 - p.y0) / 3)
+		}
+		for v := p.y0; v <= p.y1+st/1e6; v += st {
+			tick(v, fmtTick(v, st))
+		}
 	}
 	p.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, p.bottom, right, p.bottom)
 	p.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, p.top, left, p.bottom)

@@ -47,6 +47,20 @@ func TestChartSVG(t *testing.T) {
 			want: []string{">h3<", ">h2<", "<rect", "<title>ratio h3: 0.9</title>"},
 		},
 		{
+			name: "log bars",
+			chart: Chart{
+				Title: "log", Categories: []string{"datagram", "429"}, YLog: true,
+				Series: []Series{{Name: "µs", Y: []float64{0.4, 35}, Low: []float64{0.3, 30}, High: []float64{0.5, 40}}},
+				HLines: []Marker{{At: 0.7, Label: "÷ 50"}},
+			},
+			want: []string{">0.1<", ">1<", ">10<", ">100<", "<title>µs datagram: 0.4</title>", "÷ 50"},
+		},
+		{
+			name:  "log, nothing positive",
+			chart: Chart{Categories: []string{"a"}, YLog: true, Series: []Series{{Name: "zero", Y: []float64{0}}}},
+			want:  []string{">1<", ">10<"},
+		},
+		{
 			name:  "empty",
 			chart: Chart{Title: "nothing"},
 			want:  []string{"nothing"},

@@ -1,0 +1,574 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/ipv4"
+)
+
+// Flooders for the drop-cost scenario: each sends one kind of unit that a layer of
+// h3edge refuses — raw datagrams, QUIC handshakes, TCP connections, request streams —
+// from its own loopback sources, as fast as the client's CPU allows, for a bounded time.
+// Unlike Run's clients they never redial behind the caller's back, so every unit is one
+// the flooder chose to send.
+
+// flooder sends units for d (and no longer than ctx allows) and reports what it saw.
+// It may be called again; close releases its sockets.
+type flooder interface {
+	flood(ctx context.Context, d time.Duration) floodStats
+	close()
+}
+
+// floodStats is a flood seen from the client: units sent and their outcomes by name
+// (an HTTP status code, an ErrorKind, or a flooder's own word such as "dropped").
+type floodStats struct {
+	Sent     int64            `json:"sent"`
+	Outcomes map[string]int64 `json:"outcomes,omitempty"`
+}
+
+// outcomes counts outcomes by name; safe for concurrent use.
+type outcomes struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (o *outcomes) add(name string, n int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = make(map[string]int64)
+	}
+	o.m[name] += n
+}
+
+func (o *outcomes) stats() floodStats {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var st floodStats
+	st.Outcomes = make(map[string]int64, len(o.m))
+	for k, v := range o.m {
+		st.Outcomes[k] = v
+		st.Sent += v
+	}
+	return st
+}
+
+// captureInitial returns the first datagram of a real QUIC handshake: quic-go dials a
+// UDP socket of ours that never answers, and the first thing it receives is the
+// client's Initial (padded to at least 1200 bytes, as every Initial is).
+func captureInitial(ctx context.Context, tc *tls.Config) ([]byte, error) {
+	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	defer sink.Close()
+	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	tr := &quic.Transport{Conn: uc}
+	defer uc.Close()
+	defer tr.Close()
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	tc = tc.Clone()
+	tc.NextProtos = []string{http3.NextProtoH3}
+	go tr.Dial(dctx, sink.LocalAddr(), tc, &quic.Config{})
+	sink.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 64<<10)
+	n, _, err := sink.ReadFromUDP(buf)
+	if err != nil {
+		return nil, fmt.Errorf("bench: capturing a QUIC Initial: %w", err)
+	}
+	if n < 1200 || buf[0]&0xf0 != 0xc0 { // long header, type Initial (QUIC v1)
+		return nil, fmt.Errorf("bench: captured datagram (%d bytes, first byte %#x) is not a QUIC Initial", n, buf[0])
+	}
+	return buf[:n:n], nil
+}
+
+// datagramFlood sends one datagram over and over from each source, in batches
+// (sendmmsg), as fast as it can, and counts the datagrams that come back.
+type datagramFlood struct {
+	conns   []*net.UDPConn
+	payload []byte
+	dst     *net.UDPAddr
+	// refresh, if set, makes a new payload before each flood (a Retry token ages).
+	refresh func(ctx context.Context) ([]byte, error)
+}
+
+func newDatagramFlood(srcs []netip.Addr, dst netip.AddrPort, payload []byte) (*datagramFlood, error) {
+	f := &datagramFlood{payload: payload, dst: net.UDPAddrFromAddrPort(dst)}
+	for _, src := range srcs {
+		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
+		if err != nil {
+			f.close()
+			return nil, fmt.Errorf("bench: bind source %v: %w", src, err)
+		}
+		f.conns = append(f.conns, uc)
+	}
+	return f, nil
+}
+
+func (f *datagramFlood) flood(ctx context.Context, d time.Duration) floodStats {
+	var o outcomes
+	if f.refresh != nil {
+		p, err := f.refresh(ctx)
+		if err != nil {
+			o.add("payload: "+err.Error(), 1)
+			return o.stats()
+		}
+		f.payload = p
+	}
+	end := time.Now().Add(d)
+	var sent, failed, answered atomic.Int64
+	var wg, readers sync.WaitGroup
+	for _, uc := range f.conns {
+		wg.Go(func() {
+			pc := ipv4.NewPacketConn(uc)
+			ms := make([]ipv4.Message, 32)
+			for i := range ms {
+				ms[i] = ipv4.Message{Buffers: [][]byte{f.payload}, Addr: f.dst}
+			}
+			for ctx.Err() == nil && time.Now().Before(end) {
+				n, err := pc.WriteBatch(ms, 0)
+				sent.Add(int64(n))
+				if err != nil {
+					failed.Add(1)
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+		// Whatever comes back (Retry, CONNECTION_REFUSED) is counted until shortly
+		// after the flood.
+		uc.SetReadDeadline(end.Add(50 * time.Millisecond))
+		readers.Go(func() {
+			buf := make([]byte, 2048)
+			for {
+				if _, _, err := uc.ReadFromUDPAddrPort(buf); err != nil {
+					return
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	readers.Wait()
+	o.add("sent", sent.Load())
+	st := o.stats()
+	st.Outcomes["answered"] = answered.Load() // not a unit sent
+	if n := failed.Load(); n > 0 {
+		st.Outcomes["write errors"] = n
+	}
+	return st
+}
+
+func (f *datagramFlood) close() {
+	for _, uc := range f.conns {
+		uc.Close()
+	}
+}
+
+// tcpFlood opens TCP connections from its sources and waits for the server to close
+// each one (a refused accept is a reset), then closes its end with a reset too, so no
+// TIME_WAIT piles up.
+type tcpFlood struct {
+	srcs    []netip.Addr
+	dst     netip.AddrPort
+	workers int
+}
+
+func (f *tcpFlood) flood(ctx context.Context, d time.Duration) floodStats {
+	end := time.Now().Add(d)
+	var o outcomes
+	var wg sync.WaitGroup
+	for w := range f.workers {
+		src := f.srcs[w%len(f.srcs)]
+		wg.Go(func() {
+			dl := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: time.Second}
+			buf := make([]byte, 64)
+			for ctx.Err() == nil && time.Now().Before(end) {
+				c, err := dl.DialContext(ctx, "tcp", f.dst.String())
+				if err != nil {
+					o.add(tcpOutcome(err), 1)
+					sleep(ctx, time.Millisecond)
+					continue
+				}
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				_, err = c.Read(buf)
+				switch {
+				case err == nil:
+					o.add("open", 1) // the server said something: not refused
+				default:
+					o.add(tcpOutcome(err), 1)
+				}
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	return o.stats()
+}
+
+// tcpOutcome names a TCP error: "reset" (closed by the server, RST or FIN), "refused",
+// "timeout" or "other".
+func tcpOutcome(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF):
+		return "reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case isTimeout(err):
+		return "timeout"
+	}
+	return "other"
+}
+
+func (f *tcpFlood) close() {}
+
+// quicConnFlood dials QUIC connections from its sources, many at a time, each dial a
+// new connection: a real first flight, Retry answered if asked. An admitted connection
+// is closed at once.
+type quicConnFlood struct {
+	conns   []*net.UDPConn
+	trs     []*quic.Transport
+	dst     *net.UDPAddr
+	tc      *tls.Config
+	qconf   *quic.Config
+	workers int
+}
+
+// newQUICConnFlood binds one socket per source. The TLS configuration offers only an
+// X25519 key share, so each first flight is one Initial packet (a post-quantum key
+// share makes it two, which h3edge counts as two refusals).
+func newQUICConnFlood(srcs []netip.Addr, dst netip.AddrPort, tc *tls.Config, workers int) (*quicConnFlood, error) {
+	tc = tc.Clone()
+	tc.NextProtos = []string{http3.NextProtoH3}
+	tc.CurvePreferences = []tls.CurveID{tls.X25519}
+	f := &quicConnFlood{
+		dst: net.UDPAddrFromAddrPort(dst), tc: tc, workers: workers,
+		qconf: &quic.Config{HandshakeIdleTimeout: 2 * time.Second},
+	}
+	for _, src := range srcs {
+		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
+		if err != nil {
+			f.close()
+			return nil, fmt.Errorf("bench: bind source %v: %w", src, err)
+		}
+		f.conns = append(f.conns, uc)
+		f.trs = append(f.trs, &quic.Transport{Conn: uc})
+	}
+	return f, nil
+}
+
+func (f *quicConnFlood) flood(ctx context.Context, d time.Duration) floodStats {
+	end := time.Now().Add(d)
+	var o outcomes
+	var wg sync.WaitGroup
+	for w := range f.workers {
+		tr := f.trs[w%len(f.trs)]
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(end) {
+				dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				qc, err := tr.Dial(dctx, f.dst, f.tc, f.qconf)
+				cancel()
+				if err == nil {
+					o.add("admitted", 1)
+					qc.CloseWithError(0, "")
+					continue
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				o.add(string(Classify(err)), 1)
+			}
+		})
+	}
+	wg.Wait()
+	return o.stats()
+}
+
+func (f *quicConnFlood) close() {
+	for _, tr := range f.trs {
+		tr.Close()
+	}
+	for _, uc := range f.conns {
+		uc.Close()
+	}
+}
+
+// requestFlood sends requests on one connection, streams at a time, closed loop.
+type requestFlood struct {
+	rt      func(*http.Request) (*http.Response, error)
+	url     *url.URL
+	header  http.Header
+	streams int
+	// lost, if set, reports an error once the connection is gone: the flood stops
+	// instead of redialing.
+	lost    func() error
+	closeFn func()
+}
+
+func (f *requestFlood) flood(ctx context.Context, d time.Duration) floodStats {
+	end := time.Now().Add(d)
+	header := f.header
+	if header == nil {
+		header = http.Header{} // net/http refuses a nil header
+	}
+	var o outcomes
+	var wg sync.WaitGroup
+	for range f.streams {
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(end) {
+				if f.lost != nil && f.lost() != nil {
+					o.add("connection lost", 1)
+					return
+				}
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				req := (&http.Request{Method: http.MethodGet, URL: f.url, Header: header,
+					Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}).WithContext(rctx)
+				resp, err := f.rt(req)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					o.add(strconv.Itoa(resp.StatusCode), 1)
+				} else if ctx.Err() == nil {
+					o.add(string(Classify(err)), 1)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return o.stats()
+}
+
+func (f *requestFlood) close() {
+	if f.closeFn != nil {
+		f.closeFn()
+	}
+}
+
+// newH3Flood dials one HTTP/3 connection from src and floods target on it. It never
+// redials: a lost connection ends the flood ("connection lost").
+func newH3Flood(ctx context.Context, src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*requestFlood, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
+	if err != nil {
+		return nil, fmt.Errorf("bench: bind source %v: %w", src, err)
+	}
+	tr := &quic.Transport{Conn: uc}
+	tc = tc.Clone()
+	tc.NextProtos = []string{http3.NextProtoH3}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	qc, err := tr.Dial(dctx, net.UDPAddrFromAddrPort(dst), tc, &quic.Config{MaxIncomingStreams: -1, KeepAlivePeriod: 10 * time.Second})
+	if err != nil {
+		tr.Close()
+		uc.Close()
+		return nil, fmt.Errorf("bench: dial %v from %v: %w", dst, src, err)
+	}
+	cc := (&http3.Transport{DisableCompression: true}).NewClientConn(qc)
+	return &requestFlood{
+		rt: cc.RoundTrip, url: u, header: header, streams: streams,
+		lost: func() error { return context.Cause(qc.Context()) },
+		closeFn: func() {
+			qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+			tr.Close()
+			uc.Close()
+		},
+	}, nil
+}
+
+// newH2Flood floods target over one HTTP/2 connection from src (Run's HTTP/2 client:
+// one TCP connection, requests beyond the server's stream limit wait on it).
+func newH2Flood(src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*requestFlood, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	c := newHTTPClient(H2, tc, dst, src, 5*time.Second)
+	return &requestFlood{rt: c.roundTrip, url: u, header: header, streams: streams, closeFn: c.close}, nil
+}
+
+// The admin API of h3edge, as the scenarios use it.
+
+// scrapeMetrics reads h3edge's Prometheus text exposition from its admin listener into
+// a map from series (name{labels} as printed) to value.
+func scrapeMetrics(ctx context.Context, admin netip.AddrPort) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin.String()+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: scrape metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: scrape metrics: %s", resp.Status)
+	}
+	return parseExposition(resp.Body)
+}
+
+// parseExposition parses Prometheus text exposition lines "series value [timestamp]";
+// comments and blank lines are skipped.
+func parseExposition(r io.Reader) (map[string]float64, error) {
+	out := make(map[string]float64)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// The series may hold spaces inside label values: split after the labels.
+		rest, series := line, ""
+		if i := strings.LastIndexByte(line, '}'); i >= 0 {
+			series, rest = line[:i+1], strings.TrimSpace(line[i+1:])
+		} else {
+			name, r, ok := strings.Cut(line, " ")
+			if !ok {
+				return nil, fmt.Errorf("bench: metrics: no value in %q", line)
+			}
+			series, rest = name, strings.TrimSpace(r)
+		}
+		val, _, _ := strings.Cut(rest, " ")
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return nil, fmt.Errorf("bench: metrics: bad value in %q", line)
+		}
+		out[series] = v
+	}
+	return out, sc.Err()
+}
+
+// banSource bans prefix on h3edge through its admin API for d.
+func banSource(ctx context.Context, admin netip.AddrPort, prefix netip.Prefix, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(map[string]string{"prefix": prefix.String(), "duration": d.String(), "reason": "drop-cost"})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin.String()+"/api/v1/bans", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: ban %v: %w", prefix, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return fmt.Errorf("bench: ban %v: %s: %s", prefix, resp.Status, b)
+	}
+	return nil
+}
+
+// captureTokenInitial dials dst once through a relay bound to src and returns the
+// client's first Initial that carries a token: after h3edge answered the first flight
+// with a Retry, the client sends its first flight again with the Retry token, which
+// h3edge bound to src's address (quic-go binds Retry tokens to the client's IP, not its
+// port, and accepts them for 10 s). Replayed from src, it reaches the connection
+// budget (ConnContext) without another Retry.
+func captureTokenInitial(ctx context.Context, src netip.Addr, dst netip.AddrPort, tc *tls.Config) ([]byte, error) {
+	relay, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
+	if err != nil {
+		return nil, fmt.Errorf("bench: relay on %v: %w", src, err)
+	}
+	defer relay.Close()
+	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	tr := &quic.Transport{Conn: uc}
+	defer uc.Close()
+	defer tr.Close()
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	tc = tc.Clone()
+	tc.NextProtos = []string{http3.NextProtoH3}
+	tc.CurvePreferences = []tls.CurveID{tls.X25519}
+	go func() {
+		if qc, err := tr.Dial(dctx, relay.LocalAddr(), tc, &quic.Config{}); err == nil {
+			qc.CloseWithError(0, "")
+		}
+	}()
+	server := net.UDPAddrFromAddrPort(dst)
+	var client *net.UDPAddr
+	relay.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := relay.ReadFromUDP(buf)
+		if err != nil {
+			return nil, fmt.Errorf("bench: capturing a QUIC Initial with a Retry token: %w", err)
+		}
+		if from.AddrPort() == server.AddrPort() {
+			if client != nil {
+				relay.WriteToUDP(buf[:n], client)
+			}
+			continue
+		}
+		client = from
+		if tok, ok := initialToken(buf[:n]); ok && len(tok) > 0 {
+			return bytes.Clone(buf[:n]), nil
+		}
+		relay.WriteToUDP(buf[:n], server)
+	}
+}
+
+// initialToken returns the token of a QUIC v1 Initial packet (RFC 9000, section 17.2.2).
+func initialToken(b []byte) ([]byte, bool) {
+	if len(b) < 7 || b[0]&0xf0 != 0xc0 {
+		return nil, false
+	}
+	i := 5
+	for range 2 { // destination and source connection IDs
+		if i >= len(b) {
+			return nil, false
+		}
+		i += 1 + int(b[i])
+	}
+	if i >= len(b) {
+		return nil, false
+	}
+	l, n := quicVarint(b[i:])
+	if n == 0 || i+n+int(l) > len(b) {
+		return nil, false
+	}
+	return b[i+n : i+n+int(l)], true
+}
+
+// quicVarint decodes a QUIC variable-length integer; n is 0 if b is too short.
+func quicVarint(b []byte) (v uint64, n int) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	n = 1 << (b[0] >> 6)
+	if len(b) < n {
+		return 0, 0
+	}
+	v = uint64(b[0] & 0x3f)
+	for _, c := range b[1:n] {
+		v = v<<8 | uint64(c)
+	}
+	return v, n
+}
