@@ -73,6 +73,7 @@ func startBare(b *testing.B) string {
 	b.Helper()
 	cfg := Default()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Admin.Listen = "off"
 	s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
