@@ -14,8 +14,8 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = tooEarly(h)
 	h = headerLimit(h)
 	h = s.altSvc(h)
-	h = s.metrics.instrument(h)
 	h = s.streamBudget(h)
+	h = s.metrics.instrument(h)
 	h = s.track(h)
 	return h
 }

@@ -242,9 +242,12 @@ func newRegistry() *prometheus.Registry {
 // response recorder is pooled and every label is resolved in advance.
 func (m *metrics) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Since(m.epoch) // one monotonic clock read; time.Now reads two clocks
+		// The request's one clock read: the middleware after this one takes its
+		// instant from the recorder (requestTime) instead of reading the clock again.
+		now := time.Now()
+		start := now.Sub(m.epoch)
 		rec := statusRecorderPool.Get().(*statusRecorder)
-		rec.ResponseWriter, rec.code = w, 0
+		rec.ResponseWriter, rec.code, rec.now, rec.refused = w, 0, now, false
 		defer m.record(rec, protoIndex(r.ProtoMajor), start)
 		if m.top.sources.sampled() {
 			rs := m.s.rules.Load()
@@ -257,6 +260,12 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 // record counts a finished request and returns its recorder to the pool. Deferred, it
 // also counts a request whose handler panicked (http.ErrAbortHandler).
 func (m *metrics) record(rec *statusRecorder, p int, start time.Duration) {
+	if rec.refused {
+		// Refused by the stream budget: counted in refused_streams_total only.
+		rec.ResponseWriter = nil
+		statusRecorderPool.Put(rec)
+		return
+	}
 	code := rec.code
 	if code == 0 {
 		code = http.StatusOK // net/http's answer when the handler wrote nothing
@@ -319,7 +328,25 @@ func (l *latencyHist) collect(ch chan<- prometheus.Metric, desc *prometheus.Desc
 // upgrades, full duplex) and, on HTTP/3, the stream.
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code    int
+	now     time.Time // when the request reached the edge's handler
+	refused bool      // refused by the stream budget: not a request answered
+}
+
+// requestTime is the instant instrument took for w's request, so the rest of the
+// chain reads the clock once per request; without instrument it reads the clock.
+func requestTime(w http.ResponseWriter) time.Time {
+	if rec, ok := w.(*statusRecorder); ok {
+		return rec.now
+	}
+	return time.Now()
+}
+
+// markRefused tells instrument that the stream budget refused w's request.
+func markRefused(w http.ResponseWriter) {
+	if rec, ok := w.(*statusRecorder); ok {
+		rec.refused = true
+	}
 }
 
 var statusRecorderPool = sync.Pool{New: func() any { return new(statusRecorder) }}

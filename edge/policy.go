@@ -318,7 +318,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		return true
 	}
 
-	now := time.Now()
+	now := requestTime(w)
 	ctx := r.Context()
 	if len(d.reqs) > 0 {
 		s.metrics.observeKey(d.reqs[0].Key)

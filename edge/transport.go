@@ -163,7 +163,7 @@ var tooManyStreams = []byte(`{"type":"about:blank","title":"Too Many Requests","
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
 func (s *Server) streamBudget(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := time.Now()
+		now := requestTime(w)
 		peer := peerAddr(r)
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
@@ -177,6 +177,7 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 			s.reject(r, now)
 		}
 		s.metrics.refusedStream(r.ProtoMajor, reasonRate)
+		markRefused(w)
 		if st, ok := w.(http3.HTTPStreamer); ok {
 			if str, err := st.HTTPStream(); err == nil {
 				str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
