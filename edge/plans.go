@@ -68,10 +68,13 @@ func (s *Server) ReloadPlans() error {
 	return nil
 }
 
-// watchPlans reloads keys.file when it changes, until done is closed.
-func (s *Server) watchPlans(done <-chan struct{}) {
+// watchFiles reloads keys.file and the certificate files when they change on disk,
+// until done is closed. It polls (every 2 s) rather than using inotify: no dependency,
+// and it works on every filesystem, symlink swaps included.
+func (s *Server) watchFiles(done <-chan struct{}) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	certsSeen := fileStamps(s.config().TLS.Certificates)
 	for {
 		select {
 		case <-done:
@@ -80,6 +83,26 @@ func (s *Server) watchPlans(done <-chan struct{}) {
 			if p := s.plans.Load(); p.file != "" && p.changed() {
 				s.ReloadPlans()
 			}
+			if now := fileStamps(s.config().TLS.Certificates); now != certsSeen {
+				certsSeen = now
+				// A failed reload keeps the old certificates and logs why.
+				if err := s.Certs().Reload(); err == nil {
+					s.log.Info("certificates reloaded after a change on disk", "spki_pin", s.Certs().Pin())
+				}
+			}
 		}
 	}
+}
+
+// fileStamps summarizes the modification times and sizes of the certificate files.
+func fileStamps(pairs []CertPair) string {
+	var b []byte
+	for _, p := range pairs {
+		for _, f := range []string{p.Cert, p.Key} {
+			if fi, err := os.Stat(f); err == nil {
+				b = fmt.Appendf(b, "%s:%d:%d;", f, fi.ModTime().UnixNano(), fi.Size())
+			}
+		}
+	}
+	return string(b)
 }

@@ -338,7 +338,7 @@ func (s *Server) Serve() error {
 			s.log.Error("admin listener failed", "error", err)
 		}
 	}()
-	go s.watchPlans(s.done)
+	go s.watchFiles(s.done)
 	errc := make(chan error, 2)
 	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
 	go func() {

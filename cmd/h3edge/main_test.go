@@ -415,6 +415,13 @@ func TestCertificatesSNIAndReload(t *testing.T) {
 	if !bytes.Equal(servedCert(t, p.addr, "b.test"), newDER) {
 		t.Error("the reloaded certificate is not served")
 	}
+
+	// A certificate file replaced on disk is picked up without a signal.
+	_, _, thirdDER := writePair(t, dir, "b.test")
+	waitLog(t, p, "certificates reloaded after a change on disk")
+	if !bytes.Equal(servedCert(t, p.addr, "b.test"), thirdDER) {
+		t.Error("the certificate changed on disk is not served")
+	}
 }
 
 // waitLog polls the process log for text.
