@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-const claimDropCost = "server CPU per refused unit rises layer by layer — banned datagram < refused QUIC connection and refused TCP accept < refused h3 stream < prebuilt 429 ≤ full policy 429 — and a banned source's datagram is at least 50× cheaper than a full 429 (short mode: 20×, and a layer may reach 1.25× the next)"
+const claimDropCost = "a banned source's datagram costs the server at least 50× less CPU than a full policy 429 (short mode: 20×); the order of the other layers is reported, not claimed"
 
 // Thresholds of the drop-cost claim. Short mode floods each layer for well under a
 // second, so a layer's CPU is a few dozen 10 ms ticks: two neighbouring layers within
@@ -49,8 +49,11 @@ type dropLayer struct {
 
 // dropRound is one measured flood of one layer.
 type dropRound struct {
-	Units     float64    `json:"units"`
-	CPUms     float64    `json:"server_cpu_ms"`
+	Units float64 `json:"units"`
+	CPUms float64 `json:"server_cpu_ms"`
+	// Below is set when the server used less CPU than one clock tick (10 ms) in the
+	// round: CPUms and PerUnitUs are then upper bounds, one tick's worth.
+	Below     bool       `json:"below_one_tick,omitempty"`
 	Seconds   float64    `json:"seconds"`
 	PerUnitUs float64    `json:"cpu_per_unit_us"`
 	Client    floodStats `json:"client"`
@@ -111,7 +114,7 @@ func dropLayers() []*dropLayer {
 	return []*dropLayer{
 		{
 			Key: "datagram", label: "banned, datagram", Name: "dropped datagram", Unit: "UDP datagram (a replayed QUIC Initial) from a banned source", Proto: "udp",
-			Series: []string{`h3edge_dropped_datagrams_total{reason="banned"}`}, Ref: "full-h3",
+			Series: []string{`h3edge_dropped_datagrams_total{reason="banned"}`, `h3edge_dropped_datagrams_total{reason="kernel"}`}, Ref: "full-h3",
 			config: dropBoxOff, srcs: []netip.Addr{dropSrcDatagram}, ban: true,
 			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
 				initial, err := captureInitial(ctx, tc)
@@ -319,6 +322,10 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 				units += m1[name] - m0[name]
 			}
 			r := dropRound{Units: units, CPUms: float64(c1-c0) / float64(time.Millisecond), Seconds: elapsed.Seconds(), Client: st}
+			if r.CPUms == 0 {
+				// Under one tick: all we know is that it cost less than one.
+				r.CPUms, r.Below = 10, true
+			}
 			if units > 0 {
 				r.PerUnitUs = r.CPUms * 1000 / units
 			}
@@ -368,7 +375,11 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 	var failed, held []string
 	dg, full3 := byKey["datagram"], byKey["full-h3"]
 	if dg.Cheaper >= factor {
-		held = append(held, fmt.Sprintf("datagram %.0f× cheaper than a full 429 (≥ %.0f×)", dg.Cheaper, factor))
+		bound := ""
+		if allBelow(dg.Rounds) {
+			bound = "at least "
+		}
+		held = append(held, fmt.Sprintf("datagram %s%.0f× cheaper than a full 429 (≥ %.0f×)", bound, dg.Cheaper, factor))
 	} else {
 		failed = append(failed, fmt.Sprintf("datagram only %.1f× cheaper than a full 429 (want ≥ %.0f×)", dg.Cheaper, factor))
 	}
@@ -383,10 +394,13 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 		if slack != 1 {
 			s += fmt.Sprintf(" (×%.2f)", slack)
 		}
+		// The order of the layers is reported, not claimed: a refused QUIC
+		// connection costs key derivation and a TCP reset kernel work that a refused
+		// stream on an open connection does not.
 		if ok {
 			held = append(held, s)
 		} else {
-			failed = append(failed, "NOT "+s)
+			held = append(held, "NOT "+s+" (reported)")
 		}
 	}
 	rep.Holds = len(failed) == 0
@@ -431,7 +445,7 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 
 	rep.Notes = append(rep.Notes,
 		fmt.Sprintf("one fresh h3edge per layer on CPU 0, flooded from its own loopback sources (client on CPU 1) for %d round(s) of %v after a %v warm-up, layers interleaved; µs/unit is the median over rounds of h3edge's utime+stime (/proc/PID/stat, 10 ms ticks) ÷ the units its own counters show", rounds, dur, warm),
-		"units: dropped_datagrams_total{reason=banned}; refused_connections_total{proto=h3,reason=rate}; refused_connections_total{proto=tcp,reason=banned}; refused_streams_total{proto=h3|h2,reason=rate}; requests_total{code=429} (code=200 for the served row)",
+		"units: dropped_datagrams_total{reason=banned} + {reason=kernel} (the kernel's ban filter); refused_connections_total{proto=h3,reason=rate}; refused_connections_total{proto=tcp,reason=banned}; refused_streams_total{proto=h3|h2,reason=rate}; requests_total{code=429} (code=200 for the served row)",
 		"a refused QUIC connection is a real client's handshake (quic-go, X25519 only so the first flight is one Initial): h3edge first asks a source over its budget for a Retry (VerifySourceAddress), then refuses the token-carrying Initial with CONNECTION_REFUSED, so each costs two Initials parsed, a token sealed and opened, Initial keys derived and two packets sent; h3edge counts a little more than the client saw when quic-go's queue of 4 dropped a CONNECTION_REFUSED and the client sent its Initial again",
 		"* outside the claim: the replayed Initial is the refusal step alone (a captured token-carrying Initial sent again and again from its source): quic-go answers few of them (its CONNECTION_REFUSED queue holds 4) and drops many unread; the served 200 is the demo origin with no policy, for scale",
 		"× cheaper compares with the full 429 on the same transport: h3 for the datagram, QUIC and h3 stream rows; h2 for the TCP accept and the prebuilt 429",
@@ -496,4 +510,15 @@ func clientSummary(rounds []dropRound) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, total[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// allBelow reports whether every round used less than one clock tick: the per-unit
+// figures are upper bounds and the ratio a lower bound.
+func allBelow(rs []dropRound) bool {
+	for _, r := range rs {
+		if !r.Below {
+			return false
+		}
+	}
+	return len(rs) > 0
 }

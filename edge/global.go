@@ -63,6 +63,7 @@ func (s *Server) applySharedBan(p netip.Prefix, until time.Time, reason string) 
 	}
 	s.guard.Kick(p)
 	s.kickTCP(p)
+	s.syncKernelBans()
 	s.log.Warn("source banned by another edge", "prefix", p.String(), "until", until.Format(time.RFC3339Nano), "reason", reason)
 }
 

@@ -187,7 +187,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		"Rate-limit decisions by policy and result: allowed; denied (this enforced policy denied); shadow_denied (this shadow policy would have denied); vetoed (this policy admitted, another in the same request denied, nothing charged); failed_open and failed_closed (the store failed and on_store_failure decided).",
 		[]string{"policy", "result"}, nil)
 	d.dropped = prometheus.NewDesc(name("dropped_datagrams_total"),
-		"UDP datagrams dropped before QUIC parsed them, by reason (banned: the source is in the penalty box).",
+		"UDP datagrams dropped before QUIC parsed them, by reason (banned: the source is in the penalty box, dropped by the edge; kernel: dropped by the kernel on the edge's UDP socket — a banned source caught by the kernel's ban filter, or a full receive buffer, counted together by the kernel).",
 		[]string{"reason"}, nil)
 	d.refusedCon = prometheus.NewDesc(name("refused_connections_total"),
 		"Connections refused before any TLS work, by transport (h3: QUIC Initial packets answered with CONNECTION_REFUSED, a first flight may span two; tcp: accepted TCP connections closed with a reset) and reason (banned, rate, max_connections).",
@@ -529,6 +529,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 
 	t := m.transport()
 	counter(d.dropped, t.DroppedBanned, "banned")
+	if t.DroppedKernel > 0 { // appears with the first kernel drop, like the codes of requests_total
+		counter(d.dropped, t.DroppedKernel, "kernel")
+	}
 	for _, c := range m.refusedConns() {
 		counter(d.refusedCon, c.n, c.proto, reasonNames[c.reason])
 	}

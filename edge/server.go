@@ -100,6 +100,8 @@ type Server struct {
 	mu       sync.Mutex
 	shutdown bool
 	done     chan struct{} // closed when the server stops, ending background work
+
+	kernelBans chan struct{} // wakes runKernelBans: the bans changed
 }
 
 // Options carries what the configuration file cannot: the logger and where the
@@ -123,7 +125,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, log: log.With("component", "edge"), done: make(chan struct{})}
+	s := &Server{opts: opts, log: log.With("component", "edge"), done: make(chan struct{}), kernelBans: make(chan struct{}, 1)}
 	s.cfg.Store(cfg)
 	cs, err := s.newCerts(cfg)
 	if err != nil {
@@ -339,6 +341,7 @@ func (s *Server) Serve() error {
 		}
 	}()
 	go s.watchFiles(s.done)
+	go s.runKernelBans(s.done)
 	errc := make(chan error, 2)
 	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
 	go func() {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,48 @@ func (s *Server) onBan(b limiter.Ban) {
 	tcp := s.kickTCP(b.Prefix)
 	s.log.Warn("source banned", "prefix", b.Prefix.String(), "until", b.Until.Format(time.RFC3339Nano),
 		"count", b.Count, "reason", b.Reason, "closed_quic", quic, "closed_tcp", tcp)
+	s.syncKernelBans()
 	s.publishBan(b)
+}
+
+// syncKernelBans asks runKernelBans to refresh the kernel's ban filter now.
+func (s *Server) syncKernelBans() {
+	select {
+	case s.kernelBans <- struct{}{}:
+	default: // a refresh is already pending
+	}
+}
+
+// runKernelBans keeps the kernel-level ban filter of the UDP socket (a BPF socket
+// filter: banned datagrams never wake the edge up) equal to the bans in force: on every
+// ban change (syncKernelBans) and every second, for the bans that end by themselves. The
+// user-space filter stays in place and covers the lag, the prefixes beyond the kernel
+// filter's bound, and systems without it. A failure is logged, never fatal.
+func (s *Server) runKernelBans(done <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last []netip.Prefix
+	failing := false
+	for {
+		bans := s.box.List(time.Now())
+		ps := make([]netip.Prefix, len(bans))
+		for i, b := range bans {
+			ps[i] = b.Prefix
+		}
+		if failing || !slices.Equal(ps, last) {
+			err := s.guard.SetKernelBans(ps)
+			if err != nil && !failing {
+				s.log.Warn("kernel ban filter not set: banned datagrams are dropped in user space only", "error", err)
+			}
+			failing, last = err != nil, ps
+		}
+		select {
+		case <-done:
+			return
+		case <-s.kernelBans:
+		case <-t.C:
+		}
+	}
 }
 
 // reject counts a rejection (429) of the request's source toward a ban.
@@ -223,7 +265,9 @@ func (b boxBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Du
 }
 
 func (b boxBans) Lift(_ context.Context, p netip.Prefix) (bool, error) {
-	return b.s.box.Lift(p), nil
+	lifted := b.s.box.Lift(p)
+	b.s.syncKernelBans()
+	return lifted, nil
 }
 
 func (b boxBans) Counts() (active int, total uint64) {

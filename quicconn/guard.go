@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"golang.org/x/net/bpf"
 )
 
 // Errors ConnContext and Admit return; quic-go answers any of them with
@@ -66,6 +67,12 @@ type Guard struct {
 	handshakes window
 
 	dropped, refusedBanned, retriesSurge, retriesSource, kicked atomic.Uint64
+
+	// The kernel-level ban filter (SetKernelBans): the Sockets WrapConn made, and the
+	// program in force.
+	kmu    sync.Mutex
+	ksocks []*Socket
+	kprog  []bpf.RawInstruction
 }
 
 // New returns a Guard for cfg, or an error wrapping ErrConfig.
@@ -385,6 +392,10 @@ type Stats struct {
 	Open    int // connections counted open (admitted, not yet released)
 
 	DroppedBanned uint64 // datagrams a Socket dropped: dropped_datagrams_total{reason="banned"}
+	// DroppedKernel is the kernel's drop counter of the Sockets' UDP sockets (sk_drops,
+	// 32 bits, per socket): datagrams the kernel ban filter (SetKernelBans) dropped,
+	// plus those dropped for a full receive buffer — the kernel counts both together.
+	DroppedKernel uint64
 
 	// Connections refused, refused_connections_total{proto="h3",reason=…}.
 	RefusedBanned   uint64 // reason="banned"
@@ -406,6 +417,7 @@ type Stats struct {
 func (g *Guard) Stats() Stats {
 	st := Stats{
 		DroppedBanned: g.dropped.Load(),
+		DroppedKernel: g.kernelDrops(),
 		RefusedBanned: g.refusedBanned.Load(),
 		RetriesSurge:  g.retriesSurge.Load(),
 		RetriesSource: g.retriesSource.Load(),

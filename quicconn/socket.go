@@ -33,8 +33,11 @@ type batchReader interface {
 }
 
 // WrapConn returns c behind g's datagram filter. Socket counts drops in g's Stats.
+// The kernel filter set by SetKernelBans, if any, is attached to c too.
 func (g *Guard) WrapConn(c *net.UDPConn) *Socket {
-	return &Socket{UDPConn: c, g: g, br: ipv4.NewPacketConn(c)}
+	s := &Socket{UDPConn: c, g: g, br: ipv4.NewPacketConn(c)}
+	g.register(s)
+	return s
 }
 
 // ReadBatch reads a batch of datagrams like ipv4.PacketConn.ReadBatch and compacts away
