@@ -196,3 +196,28 @@ func failedCases(out string) []string {
 	}
 	return ids
 }
+
+// TestChromiumHTTP3: a real browser reaches h3edge over HTTP/3 (forced QUIC, the
+// development certificate trusted by its SPKI pin, as README.md shows).
+func TestChromiumHTTP3(t *testing.T) {
+	chromium := tool(t, "chromium")
+	p := startProc(t, nil)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
+		"--user-data-dir="+filepath.Join(dir, "profile"),
+		"--origin-to-force-quic-on="+p.addr,
+		"--ignore-certificate-errors-spki-list="+p.pin,
+		"--dump-dom", p.url+"/")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "TMPDIR="+dir)
+	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		t.Fatalf("chromium did not finish: %v", ctx.Err())
+	}
+	if !strings.Contains(string(out), `"proto":"HTTP/3.0"`) {
+		t.Errorf("chromium did not get the page over HTTP/3 (%v):\n%s", err, tail(out))
+	}
+}

@@ -68,7 +68,8 @@ type proc struct {
 	pin  string
 	mu   sync.Mutex
 	logs strings.Builder
-	exit chan error
+	exit chan error    // the exit status, once
+	done chan struct{} // closed when the process has exited
 }
 
 var (
@@ -91,7 +92,7 @@ func startProc(t testing.TB, env []string, args ...string) *proc {
 		os.WriteFile(roomy, []byte(roomyIP), 0o644)
 		args = append(args, "-config", roomy)
 	}
-	p := &proc{cmd: exec.Command(binary, args...), exit: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(binary, args...), exit: make(chan error, 1), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir())
 	p.cmd.Env = append(p.cmd.Env, env...)
 	stderr, err := p.cmd.StderrPipe()
@@ -113,13 +114,13 @@ func startProc(t testing.TB, env []string, args ...string) *proc {
 			if strings.Contains(line, "h3edge serving") {
 				p.addr = listenRe.FindStringSubmatch(line)[1]
 				if m := pinRe.FindStringSubmatch(line); m != nil {
-					p.pin = m[1]
+					p.pin = strings.Trim(m[1], `"`)
 				}
 				close(ready)
 			}
 		}
 	}()
-	go func() { p.exit <- p.cmd.Wait() }()
+	go func() { p.exit <- p.cmd.Wait(); close(p.done) }()
 	select {
 	case <-ready:
 	case err := <-p.exit:
@@ -132,7 +133,7 @@ func startProc(t testing.TB, env []string, args ...string) *proc {
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		select {
-		case <-p.exit:
+		case <-p.done:
 		case <-time.After(5 * time.Second):
 		}
 		if t.Failed() {
