@@ -10,8 +10,8 @@
 // Exit codes of a run: 0 the run completed and got responses, 1 a runtime failure or not
 // a single response, 2 bad usage.
 //
-// A scenario (baseline, noisy-neighbour, boundary, fields, drop-cost; accuracy and outage
-// wait for features) starts h3edge and what else it needs as separate processes on
+// A scenario (baseline, noisy-neighbour, boundary, fields, accuracy, outage, drop-cost)
+// starts h3edge and what else it needs (redis-server) as separate processes on
 // loopback, prints a table and checks its claim. Exit codes: 0 the claim holds, 1 it
 // does not, 2 bad usage, 3 the scenario waits for a feature this build lacks, 4 it could
 // not run (no h3edge binary, a server that would not start). `h3bench scenario` alone

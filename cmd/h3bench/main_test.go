@@ -73,8 +73,6 @@ func TestScenarioCommand(t *testing.T) {
 		{[]string{"scenario", "nope"}, 2, "unknown scenario"},
 		{[]string{"scenario", "baseline", "extra"}, 2, "unexpected argument"},
 		{[]string{"scenario", "-bogus"}, 2, "flag provided but not defined"},
-		{[]string{"scenario", "-short", "accuracy"}, 3, "waiting for: "},
-		{[]string{"scenario", "outage", "-json", "x.json"}, 3, "waiting for: "},
 		{[]string{"serve-bare", "extra"}, 2, "unexpected argument"},
 	} {
 		var out, errOut strings.Builder

@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Redis scenarios in short mode, against real processes: h3edge (built from this
+// module or $H3EDGE) and redis-server, which they start on free loopback ports. Without
+// redis-server or redis-cli they skip, or fail under CI=true.
+
+// redisScenario runs the named scenario in short mode and checks what every scenario
+// report must have.
+func redisScenario(t *testing.T, name string) *Report {
+	t.Helper()
+	_, err := exec.LookPath("redis-server")
+	need(t, "redis-server", err == nil)
+	_, err = exec.LookPath("redis-cli")
+	need(t, "redis-cli", err == nil)
+	opt := scenarioOptions(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := RunScenario(ctx, name, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	t.Logf("\n%s", text.String())
+	if !rep.Holds {
+		t.Errorf("claim does not hold: %s", rep.Verdict)
+	}
+	if d := time.Since(start); d > 12*time.Second {
+		t.Errorf("short mode took %v, want at most 10 s (plus the build)", d)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil || !json.Valid(b) {
+		t.Errorf("JSON: %v %s", err, b)
+	}
+	if rep.Chart == nil {
+		t.Fatal("no chart")
+	}
+	var svg bytes.Buffer
+	if err := rep.Chart.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	checkXML(t, svg.Bytes())
+	return rep
+}
+
+// TestAccuracyScenario checks the accuracy claim figure by figure: on one Redis node
+// and on a 3-node cluster, the exact algorithms admitted exactly what they allow in
+// every window, sliding_window stayed under Q per aligned window and under 2Q in any
+// window span, the lease over-admitted at most lease × edges, and Redis kept no key
+// without an expiry or with the raw API key.
+func TestAccuracyScenario(t *testing.T) {
+	rep := redisScenario(t, "accuracy")
+	fig, ok := rep.Figures.(*accuracyFigures)
+	if !ok {
+		t.Fatalf("figures %T", rep.Figures)
+	}
+	if len(fig.Passes) != 2 {
+		t.Fatalf("%d passes, want single node and cluster", len(fig.Passes))
+	}
+	q := int(fig.Quota)
+	for _, ps := range fig.Passes {
+		if len(ps.Policies) != len(accuracyPolicies) {
+			t.Errorf("%s: %d policies", ps.Store, len(ps.Policies))
+		}
+		if ps.Keys == 0 || len(ps.KeysNoTTL) > 0 || len(ps.KeysRaw) > 0 {
+			t.Errorf("%s: %d keys, without expiry %v, with the raw API key %v", ps.Store, ps.Keys, ps.KeysNoTTL, ps.KeysRaw)
+		}
+		for _, a := range ps.Policies {
+			if len(a.PerWindow) != fig.Windows {
+				t.Errorf("%s %s: %d windows", ps.Store, a.Policy, len(a.PerWindow))
+			}
+			if a.StoreFailed > 0 || a.Other > 0 {
+				t.Errorf("%s %s: %d store failures, %d other", ps.Store, a.Policy, a.StoreFailed, a.Other)
+			}
+			// Demand must have exceeded the quota, or exactness proves nothing.
+			if a.Denied < 2*a.Admitted {
+				t.Errorf("%s %s: %d denied for %d admitted: demand not far above the quota", ps.Store, a.Policy, a.Denied, a.Admitted)
+			}
+			switch {
+			case a.Lease > 0:
+				if a.Over > int(a.Lease)*fig.Edges {
+					t.Errorf("%s lease: over-admitted %d, bound %d", ps.Store, a.Over, int(a.Lease)*fig.Edges)
+				}
+			case a.Algorithm == "sliding_window":
+				if slices.Max(a.PerWindow) > q || a.PeakSpan > 2*q-1 {
+					t.Errorf("%s sliding_window: per window %v, peak %d in a span (Q %d, bound %d)", ps.Store, a.PerWindow, a.PeakSpan, q, 2*q-1)
+				}
+			default:
+				for k, n := range a.PerWindow {
+					if n != a.Expected[k] {
+						t.Errorf("%s %s: window %d admitted %d, exactly %d allowed", ps.Store, a.Policy, k, n, a.Expected[k])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestOutageScenario checks the outage claim: every check the scenario made held,
+// with the figures behind the main ones checked here again.
+func TestOutageScenario(t *testing.T) {
+	rep := redisScenario(t, "outage")
+	fig, ok := rep.Figures.(*outageFigures)
+	if !ok {
+		t.Fatalf("figures %T", rep.Figures)
+	}
+	if len(fig.Checks) < 20 {
+		t.Errorf("%d checks", len(fig.Checks))
+	}
+	for _, c := range fig.Checks {
+		if !c.Holds {
+			t.Errorf("%s: %s", c.What, c.Got)
+		}
+	}
+	for i, d := range fig.RecoveryMs {
+		if d > outageRecovery.Milliseconds() {
+			t.Errorf("recovery %d took %d ms", i, d)
+		}
+	}
+	if len(fig.Phases) != 5 {
+		t.Fatalf("%d phases", len(fig.Phases))
+	}
+	bound := int64(fig.LatencyBoundMs * 1000)
+	for _, pi := range []int{1, 3} {
+		for _, m := range fig.Phases[pi].Modes {
+			if m.P99us > bound {
+				t.Errorf("%s %s: p99 %d µs above %d µs", fig.Phases[pi].Phase, m.Mode, m.P99us, bound)
+			}
+			if m.Failed > 0 || m.Other5xx > 0 {
+				t.Errorf("%s %s: %d failed, %d other 5xx", fig.Phases[pi].Phase, m.Mode, m.Failed, m.Other5xx)
+			}
+			switch m.Mode {
+			case "closed":
+				if m.OK > 0 || m.Reduced == 0 {
+					t.Errorf("%s closed: %d admitted, %d 503s with the problem", fig.Phases[pi].Phase, m.OK, m.Reduced)
+				}
+			case "open", "local":
+				// Both edges kept admitting on their own.
+				for ei, n := range m.PerEdge {
+					if n == 0 {
+						t.Errorf("%s %s: edge %d admitted nothing", fig.Phases[pi].Phase, m.Mode, ei+1)
+					}
+				}
+			}
+		}
+	}
+	// local admits about half of what open admits (quota ÷ 2 against the full quota
+	// per edge).
+	for _, pi := range []int{1, 3} {
+		open, local := fig.Phases[pi].Modes[0], fig.Phases[pi].Modes[2]
+		if r := float64(local.OK) / float64(max(open.OK, 1)); r < 0.35 || r > 0.65 {
+			t.Errorf("%s: local admitted %d, open %d (ratio %.2f, want about 0.5)", fig.Phases[pi].Phase, local.OK, open.OK, r)
+		}
+	}
+}
+
+func TestPlaceable(t *testing.T) {
+	for _, tc := range []struct {
+		sure, amb, exp []int
+		want           bool
+	}{
+		{[]int{10, 10}, []int{0, 0}, []int{10, 10}, true},
+		{[]int{10, 9}, []int{0, 0}, []int{10, 10}, false},
+		// One admission answered in window 1 but sent in window 0: it fits either.
+		{[]int{9, 10}, []int{1, 0}, []int{10, 10}, true},
+		{[]int{10, 9}, []int{1, 0}, []int{10, 10}, true},
+		{[]int{10, 10}, []int{1, 0}, []int{10, 10}, false},
+		// Straddling the end of the last window: it may belong to it or not.
+		{[]int{10, 9}, []int{0, 1}, []int{10, 10}, true},
+		{[]int{10, 10}, []int{0, 1}, []int{10, 10}, true},
+		{[]int{11, 10}, []int{0, 0}, []int{10, 10}, false},
+	} {
+		if got := placeable(tc.sure, tc.amb, tc.exp); got != tc.want {
+			t.Errorf("placeable(%v, %v, %v) = %v", tc.sure, tc.amb, tc.exp, got)
+		}
+	}
+}
+
+func TestBreakerLog(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	out := `time=2026-01-02T03:04:06.500Z level=WARN msg="quota store circuit open" component=edge from=closed
+time=2026-01-02T03:04:06.501Z level=WARN msg="circuit breaker open: redis is failing" component=edge
+time=2026-01-02T03:04:08.250Z level=WARN msg="quota store circuit closed" component=edge from=open
+`
+	got := strings.Join(breakerLog(out, start), ", ")
+	if want := "open at +1.500s, closed at +3.250s"; got != want {
+		t.Errorf("breakerLog = %q, want %q", got, want)
+	}
+}
