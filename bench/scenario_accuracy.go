@@ -166,7 +166,7 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 		return nil, err
 	}
 	pass, err := accuracyRun(ctx, e, par, sources, "single node", "e",
-		fmt.Sprintf("{url: redis://%s/0}", node.addr()), []*redisNode{node})
+		fmt.Sprintf("{url: redis://%s/0, timeout: %v}", node.addr(), accuracyStoreTimeout), []*redisNode{node})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 		addrs = append(addrs, n.addr())
 	}
 	pass, err = accuracyRun(ctx, e, par, sources, "3-node cluster", "c",
-		fmt.Sprintf("{cluster: [%s]}", strings.Join(addrs, ", ")), nodes)
+		fmt.Sprintf("{cluster: [%s], timeout: %v}", strings.Join(addrs, ", "), accuracyStoreTimeout), nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +268,7 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 		fmt.Sprintf("%s mode: Q = %d per W = %v, %d counted windows per store, all six policies at once; %d h3 clients (%s, one connection each, %d in flight at most) spread over %d edges, open loop at %.0f req/s in all (%.0f per policy, %.0f× its average quota rate), every request with the same API key",
 			mode, par.quota, par.window, par.windows, accuracyClients, accuracySources, accuracyStreams, accuracyEdges, par.rate,
 			par.rate/float64(len(accuracyPolicies)), par.rate/float64(len(accuracyPolicies))/(float64(par.quota)/par.window.Seconds())),
-		"edges: redis.timeout at its default (10ms), on_store_failure closed (a store failure shows as a 503, never as a silent local admission), ip: raised, penalty box off, keys.secret shared",
+		fmt.Sprintf("edges: redis.timeout %v (this scenario is about exactness; the outage scenario holds latency to the 10ms default), on_store_failure closed (a store failure shows as a 503, never as a silent local admission), ip: raised, penalty box off, keys.secret shared", accuracyStoreTimeout),
 		fmt.Sprintf("windows are aligned to the Unix epoch; the run starts W/(2Q) = %v after a boundary, so a token bucket's refills fall half a refill interval from every window edge; an admission is counted in the window its response arrived in",
 			par.window/time.Duration(2*par.quota)),
 		"expected per window: fixed_window and sliding_log Q; token_bucket and gcra Q in every window but the first, which holds the full bucket plus its refills (Q + ⌈(end of window − first admission)·Q/W⌉ − 1); sliding_window at most Q per aligned window")
@@ -304,6 +304,11 @@ func ratioStats(a accuracyAlgo, q int64) (mean, lo, hi float64) {
 	}
 	return mean, lo, hi
 }
+
+// accuracyStoreTimeout is the edges' redis.timeout here: generous, so that a Redis
+// round trip slowed by a busy machine (CI runs test packages side by side on two cores)
+// is not counted as a store failure; the latency bound is the outage scenario's claim.
+const accuracyStoreTimeout = 250 * time.Millisecond
 
 // accuracyRun starts three edges on the store described by redisYAML, hammers them
 // and counts what each policy admitted; the edges are stopped at the end.
