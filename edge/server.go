@@ -67,8 +67,8 @@ type Server struct {
 	plans  atomic.Pointer[plans]
 
 	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
-	// connections (*slotConn), so a ban can close them; refusedTCP counts refusals at
-	// accept.
+	// connections (net.Conn → *tcpSlot), so a ban can close them and a close gives the
+	// slot back; refusedTCP counts refusals at accept.
 	guard      *quicconn.Guard
 	tcpConns   sync.Map
 	refusedTCP refusedTCP
@@ -306,7 +306,8 @@ func (s *Server) Serve() error {
 			// h2spec case (4.2/3).
 			MaxReadFrameSize: 16384,
 		},
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState: s.connState,
 	}
 	s.mu.Lock()
 	if s.shutdown {

@@ -2,11 +2,11 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -144,9 +144,32 @@ func (l guardedListener) Accept() (net.Conn, error) {
 			reset(c)
 			continue
 		}
-		sc := &slotConn{Conn: c, slot: slot, addr: addr, conns: &l.s.tcpConns}
-		l.s.tcpConns.Store(sc, struct{}{})
-		return sc, nil
+		// The connection itself goes to the server, unwrapped: a wrapper's extra frame
+		// on every write pushed HTTP/2's frame-writing goroutines past their initial
+		// stack (a stack copy per flush). Its slot is found again by the conn when
+		// the server reports it closed (connState).
+		l.s.tcpConns.Store(c, &tcpSlot{slot: slot, addr: addr})
+		return c, nil
+	}
+}
+
+// tcpSlot is an open TCP connection's place in its source's count.
+type tcpSlot struct {
+	slot *quicconn.Slot
+	addr netip.Addr
+}
+
+// connState gives a TCP connection's slot back when the HTTP server is done with it
+// (closed, or hijacked: then its new owner is no longer an HTTP connection).
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	if st != http.StateClosed && st != http.StateHijacked {
+		return
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if v, ok := s.tcpConns.LoadAndDelete(c); ok {
+		v.(*tcpSlot).slot.Release()
 	}
 }
 
@@ -163,32 +186,13 @@ type refusedTCP struct {
 	banned, rate, maxConns atomic.Uint64
 }
 
-// slotConn gives its source's connection slot back when closed and leaves the registry
-// of open TCP connections that kickTCP searches.
-type slotConn struct {
-	net.Conn
-	slot  *quicconn.Slot
-	addr  netip.Addr
-	conns *sync.Map
-	once  sync.Once
-}
-
-func (c *slotConn) Close() error {
-	c.once.Do(func() {
-		c.slot.Release()
-		c.conns.Delete(c)
-	})
-	return c.Conn.Close()
-}
-
 // kickTCP closes the open TCP connections of sources in p (a new ban) and returns how
 // many it closed. Bans are rare; the walk is over open connections only.
 func (s *Server) kickTCP(p netip.Prefix) int {
 	n := 0
-	s.tcpConns.Range(func(k, _ any) bool {
-		if c := k.(*slotConn); p.Contains(c.addr) {
-			reset(c.Conn)
-			c.Close()
+	s.tcpConns.Range(func(k, v any) bool {
+		if p.Contains(v.(*tcpSlot).addr) {
+			reset(k.(net.Conn)) // the server then reports it closed: connState releases it
 			n++
 		}
 		return true
