@@ -212,8 +212,12 @@ type decision struct {
 	limits []headers.Limit
 	limRul []int // limits[i] is for rules[limRul[i]]
 	keys   []limiter.Key
-	keyOK  []bool
-	buf    []byte
+	// The request's address key and last credential key, hashed once (clientKey).
+	ipKey, credKey     limiter.Key
+	credVal            string
+	ipKeyOK, credKeyOK bool
+	keyOK              []bool
+	buf                []byte
 
 	// Scratch space of decideEnforced: the local and global parts of reqs with their
 	// indices, and the units held in each store until the response ends.
@@ -262,6 +266,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	d.reqs, d.rules, d.shadow, d.out, d.limits = d.reqs[:0], d.rules[:0], d.shadow[:0], d.out[:0], d.limits[:0]
 	d.limRul = d.limRul[:0]
 	d.keys, d.keyOK, d.shadowG, d.anyGlobal, d.skip = d.keys[:0], d.keyOK[:0], d.shadowG[:0], false, 0
+	d.ipKeyOK, d.credKeyOK, d.credVal = false, false, ""
 	d.heldLocal, d.heldGlobal = d.heldLocal[:0], d.heldGlobal[:0]
 	for range rs.chains {
 		d.keys = append(d.keys, limiter.Key{})
@@ -293,7 +298,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 			continue
 		}
 		if !d.keyOK[ru.chain] {
-			k, err := s.clientKey(r, rs, rs.chains[ru.chain])
+			k, err := s.clientKey(r, rs, rs.chains[ru.chain], d)
 			if err != nil {
 				writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error())
 				return false
@@ -462,16 +467,24 @@ func (s *Server) deny(w http.ResponseWriter, d *decision) {
 }
 
 // clientKey resolves a chain: the first source that yields a value.
-func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource) (limiter.Key, error) {
+// Chains that resolve to the same address or the same credential within one request
+// reuse its hash (d memoizes the last of each): a hash is most of a key's cost.
+func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource, d *decision) (limiter.Key, error) {
 	for _, ks := range chain {
 		if ks.kind == "ip" {
-			return s.hasher.ipKey(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6)), nil
+			if !d.ipKeyOK {
+				d.ipKey, d.ipKeyOK = s.hasher.ipKey(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6)), true
+			}
+			return d.ipKey, nil
 		}
 		if v, ok := ks.value(r); ok {
 			if !validKey(v) {
 				return limiter.Key{}, errBadKey
 			}
-			return s.hasher.key('k', v), nil
+			if !d.credKeyOK || d.credVal != v {
+				d.credKey, d.credVal, d.credKeyOK = s.hasher.key('k', v), v, true
+			}
+			return d.credKey, nil
 		}
 	}
 	// A chain without ip that yields nothing: every such request is one anonymous
