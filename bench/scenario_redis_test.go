@@ -1,9 +1,6 @@
 package bench
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"os/exec"
 	"slices"
 	"strings"
@@ -23,36 +20,7 @@ func redisScenario(t *testing.T, name string) *Report {
 	need(t, "redis-server", err == nil)
 	_, err = exec.LookPath("redis-cli")
 	need(t, "redis-cli", err == nil)
-	opt := scenarioOptions(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	start := time.Now()
-	rep, err := RunScenario(ctx, name, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	rep.WriteText(&text)
-	t.Logf("\n%s", text.String())
-	if !rep.Holds {
-		t.Errorf("claim does not hold: %s", rep.Verdict)
-	}
-	if d := time.Since(start); d > 12*time.Second {
-		t.Errorf("short mode took %v, want at most 10 s (plus the build)", d)
-	}
-	b, err := json.Marshal(rep)
-	if err != nil || !json.Valid(b) {
-		t.Errorf("JSON: %v %s", err, b)
-	}
-	if rep.Chart == nil {
-		t.Fatal("no chart")
-	}
-	var svg bytes.Buffer
-	if err := rep.Chart.WriteSVG(&svg); err != nil {
-		t.Fatal(err)
-	}
-	checkXML(t, svg.Bytes())
-	return rep
+	return shortScenario(t, name)
 }
 
 // TestAccuracyScenario checks the accuracy claim figure by figure: on one Redis node

@@ -214,7 +214,8 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
 		// refused here without a policy or a computed field.
-		banned := s.box.Banned(peer) || len(s.rules.Load().trusted) > 0 && s.box.Banned(clientAddr(r, s.rules.Load().trusted))
+		trusted := s.rules.Load().trusted
+		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(clientAddr(r, trusted))
 		if !banned && s.guard.AllowStream(peer, now) {
 			next.ServeHTTP(w, r)
 			return
