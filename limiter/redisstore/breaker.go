@@ -132,8 +132,10 @@ func (s *Store) probe() {
 			return
 		case <-t.C:
 		}
-		budget := max(2*s.timeout, 100*time.Millisecond)
-		ctx, cancel := context.WithTimeout(context.Background(), 4*budget)
+		// The probe runs in the background, not on a request's path: give it a second,
+		// so a busy machine or a Redis that just restarted is not judged down for being
+		// slow to load the scripts.
+		ctx, cancel := context.WithTimeout(context.Background(), max(8*s.timeout, time.Second))
 		err := s.rdb.Ping(ctx).Err()
 		if err == nil {
 			err = s.sync(ctx, 3)
