@@ -313,7 +313,7 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 	}
 
 	// Recovery: from Redis answering again (restarted and ready, or continued), the time
-	// until every edge's closed policy stopped answering 503; then exact global limiting.
+	// until every edge's closed policy admitted again; then exact global limiting.
 	var recov []time.Duration
 	var recovered []time.Time
 	for _, o := range []struct {
@@ -324,19 +324,20 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 		var at time.Time
 		ok := true
 		for ei := range edges {
-			last, seen := o.back, false
+			// The first admission on the closed path: only Redis admits there. A
+			// later 503 is one decision over its budget, not the outage (counted
+			// below as a stray).
+			var first time.Time
 			for _, r := range recs {
-				if r.path != ci || r.edge != ei || r.sent.Before(o.back) || !r.sent.Before(o.next) {
+				if r.path != ci || r.edge != ei || r.sent.Before(o.back) || !r.sent.Before(o.next) || r.code != http.StatusOK {
 					continue
 				}
-				if r.code == http.StatusServiceUnavailable {
-					last = r.recv
-				} else {
-					seen = true
+				if first.IsZero() || r.recv.Before(first) {
+					first = r.recv
 				}
 			}
-			ok = ok && seen
-			at = maxTime(at, last)
+			ok = ok && !first.IsZero()
+			at = maxTime(at, first)
 		}
 		d := at.Sub(o.back)
 		if !ok {
@@ -364,13 +365,17 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 			"admitted %d over both edges in %.2fs, exact %.1f", n, ev.kill.Sub(from).Seconds(), exp)
 	}
 	// Nothing else: no other 5xx, no failed request, no panic.
-	var other5xx, failed, stray503 int
+	var other5xx, failed, stray503, closedOutside int
 	for _, r := range recs {
+		outside := !inAny(r.recv, [][2]time.Time{{ev.kill, recovered[0]}, {ev.stop, recovered[1]}})
+		if outside && r.path == slices.Index(outageModes, "closed") {
+			closedOutside++
+		}
 		switch {
 		case r.code == 0:
 			failed++
 		case r.code == http.StatusServiceUnavailable && r.path == slices.Index(outageModes, "closed") && r.reduced:
-			if !inAny(r.recv, [][2]time.Time{{ev.kill, recovered[0]}, {ev.stop, recovered[1]}}) {
+			if outside {
 				stray503++
 			}
 		case r.code >= 500:
@@ -378,6 +383,9 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 		}
 	}
 	check(other5xx == 0 && failed == 0, "no other 5xx, no failed request", "%d other 5xx, %d failed", other5xx, failed)
+	// Outside the outages a closed-mode 503 is one decision that overran its budget
+	// on a busy machine; a breaker that flapped would make many.
+	check(stray503*20 <= closedOutside, "closed: at most 5% of answers outside the outages are 503", "%d of %d", stray503, closedOutside)
 	check(len(panics) == 0, "no panic", "%v", panics)
 
 	rep := &Report{Holds: true}
@@ -417,7 +425,7 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 		fmt.Sprintf("faults: SIGKILL at +%.2fs, restart on the same port at +%.2fs (ready +%.2fs), SIGSTOP at +%.2fs, SIGCONT at +%.2fs, end at +%.2fs",
 			ev.kill.Sub(start).Seconds(), ev.restart.Sub(start).Seconds(), ev.restartReady.Sub(start).Seconds(), ev.stop.Sub(start).Seconds(), ev.cont.Sub(start).Seconds(), total.Seconds()),
 		fmt.Sprintf("latency bound: redis.timeout + max(5 ms, quiet p99) = %v (quiet p99 %s)", bound, ms(quietP99)),
-		"admissions are counted by when their response arrived; the backstop (open) and the divided quota (local) start full at an outage; recovery is when the last closed-mode 503 of a phase arrived, on the slower edge; a restarted Redis is empty, so its bucket starts full",
+		"admissions are counted by when their response arrived; the backstop (open) and the divided quota (local) start full at an outage; recovery is when the first closed-mode 200 after Redis came back arrived, on the slower edge (closed admits only through Redis); a restarted Redis is empty, so its bucket starts full",
 	)
 	for ei, b := range breakers {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("edge %d's log: circuit breaker %s", ei+1, strings.Join(b, ", ")))
