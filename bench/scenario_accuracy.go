@@ -35,9 +35,11 @@ const (
 	accuracyLease   = 10
 	accuracyKey     = "h3bench-accuracy-key"
 	accuracySecret  = "h3bench-accuracy-secret"
-	// accuracyTail keeps the last window's demand up to just before its end: sends stop
-	// this long before the end of the last counted window.
-	accuracyTail = 5 * time.Millisecond
+	// accuracyTail keeps demand on past the last counted window, so that it is a window
+	// like the others: a bucket whose first admission slipped (a loaded machine) still
+	// finds a request after its last refill before the window ends. Requests sent after
+	// the end are not counted.
+	accuracyTail = 100 * time.Millisecond
 )
 
 // accuracySources are the clients' addresses, one connection each, spread over the
@@ -353,7 +355,7 @@ func accuracyRun(ctx context.Context, e *env, par accuracyParams, sources []neti
 	half := par.window / time.Duration(2*par.quota)
 	base := windowStart(time.Now().Add(200*time.Millisecond-half), par.window).Add(par.window)
 	start := base.Add(half)
-	end := base.Add(time.Duration(par.windows)*par.window - accuracyTail)
+	end := base.Add(time.Duration(par.windows)*par.window + accuracyTail)
 	e.logf("%s: starting at %s, %d windows of %v", store, start.Format("15:04:05.000"), par.windows, par.window)
 	recs, err := load.run(ctx, start, end)
 	if err != nil {
