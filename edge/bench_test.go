@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -142,7 +143,8 @@ func BenchmarkChain(b *testing.B) {
 			h := s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				r := httptest.NewRequest("GET", "https://api.example/v1/items", nil)
+				// A request of a connection, as the listeners make them.
+				r := httptest.NewRequestWithContext(withConnMemo(context.Background()), "GET", "https://api.example/v1/items", nil)
 				r.RemoteAddr = "192.0.2.7:40000"
 				r.Header.Set("X-API-Key", "k-000042")
 				w := &discardWriter{h: http.Header{}}

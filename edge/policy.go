@@ -217,7 +217,10 @@ type decision struct {
 	credVal            string
 	ipKeyOK, credKeyOK bool
 	keyOK              []bool
-	buf                []byte
+	// The connection's memo of hashed keys, looked up once per request (memoOK).
+	memo   *connMemo
+	memoOK bool
+	buf    []byte
 
 	// Scratch space of decideEnforced: the local and global parts of reqs with their
 	// indices, and the units held in each store until the response ends.
@@ -226,6 +229,14 @@ type decision struct {
 	tmp                   []limiter.Request
 	scratch               []limiter.Decision
 	heldLocal, heldGlobal []limiter.Request
+}
+
+// connMemo returns r's connection memo, looked up once per request.
+func (d *decision) connMemo(r *http.Request) *connMemo {
+	if !d.memoOK {
+		d.memo, d.memoOK = memoOf(r), true
+	}
+	return d.memo
 }
 
 var decisionPool = sync.Pool{New: func() any {
@@ -266,7 +277,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	d.reqs, d.rules, d.shadow, d.out, d.limits = d.reqs[:0], d.rules[:0], d.shadow[:0], d.out[:0], d.limits[:0]
 	d.limRul = d.limRul[:0]
 	d.keys, d.keyOK, d.shadowG, d.anyGlobal, d.skip = d.keys[:0], d.keyOK[:0], d.shadowG[:0], false, 0
-	d.ipKeyOK, d.credKeyOK, d.credVal = false, false, ""
+	d.ipKeyOK, d.credKeyOK, d.credVal, d.memo, d.memoOK = false, false, "", nil, false
 	d.heldLocal, d.heldGlobal = d.heldLocal[:0], d.heldGlobal[:0]
 	for range rs.chains {
 		d.keys = append(d.keys, limiter.Key{})
@@ -278,7 +289,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		for _, ks := range rs.credential {
 			if v, ok := ks.value(r); ok {
 				if validKey(v) {
-					if p, ok := s.plans.Load().byKey[s.hasher.key('k', v)]; ok {
+					if p, ok := s.plans.Load().byKey[d.connMemo(r).credKey(s.hasher, v)]; ok {
 						plan = p
 					}
 				}
@@ -346,25 +357,29 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	var delay time.Duration
 	if len(d.reqs) > 0 {
 		h := w.Header()
-		h[headers.PolicyFieldName] = rs.policyField(mask)
+		polName, limName := headers.PolicyFieldName, headers.LimitFieldName
+		if r.ProtoMajor >= 2 {
+			polName, limName = headers.PolicyFieldNameLower, headers.LimitFieldNameLower
+		}
+		h[polName] = rs.policyField(mask)
 		for i, ru := range d.rules {
 			if d.skip&(1<<i) != 0 {
 				continue
 			}
 			dec := &out[i]
-			k := d.reqs[i].Key
 			d.limRul = append(d.limRul, i)
-			d.limits = append(d.limits, headers.Limit{
-				Name:         ru.name,
-				Remaining:    dec.Remaining,
-				Reset:        dec.ResetAfter,
-				Concurrency:  ru.unit == "concurrent-requests",
-				PartitionKey: k[:8],
-			})
+			// Filled in place: appending a whole Limit would copy its pointers
+			// under the GC's bulk write barrier.
+			d.limits = append(d.limits, headers.Limit{})
+			l := &d.limits[len(d.limits)-1]
+			l.Name = ru.name
+			l.Remaining, l.Reset = dec.Remaining, dec.ResetAfter
+			l.Concurrency = ru.unit == "concurrent-requests"
+			l.PartitionKey = d.reqs[i].Key[:8] // d.reqs outlives the field: no copy
 			delay = max(delay, dec.Delay)
 		}
 		d.buf = headers.AppendLimitField(d.buf[:0], d.limits)
-		h[headers.LimitFieldName] = []string{string(d.buf)}
+		h[limName] = []string{string(d.buf)}
 		if rs.legacy && len(d.limits) > 0 {
 			i := headers.Closest(d.limits)
 			headers.SetLegacy(h, d.rules[d.limRul[i]].hdr.Quota, d.limits[i])
@@ -473,7 +488,7 @@ func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource, d *dec
 	for _, ks := range chain {
 		if ks.kind == "ip" {
 			if !d.ipKeyOK {
-				d.ipKey, d.ipKeyOK = s.hasher.ipKey(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6)), true
+				d.ipKey, d.ipKeyOK = d.connMemo(r).ipKey(s.hasher, sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6)), true
 			}
 			return d.ipKey, nil
 		}
@@ -482,7 +497,7 @@ func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource, d *dec
 				return limiter.Key{}, errBadKey
 			}
 			if !d.credKeyOK || d.credVal != v {
-				d.credKey, d.credVal, d.credKeyOK = s.hasher.key('k', v), v, true
+				d.credKey, d.credVal, d.credKeyOK = d.connMemo(r).credKey(s.hasher, v), v, true
 			}
 			return d.credKey, nil
 		}

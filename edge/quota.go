@@ -167,12 +167,11 @@ func (s *Server) fallBack(ctx context.Context, now time.Time, d *decision, cause
 
 // release gives back the concurrency units d holds, in the store that holds them.
 func (s *Server) release(ctx context.Context, d *decision) {
-	ctx = context.WithoutCancel(ctx)
 	if len(d.heldLocal) > 0 && hasConcurrency(d.heldLocal) {
-		s.store.Release(ctx, d.heldLocal)
+		s.store.Release(context.WithoutCancel(ctx), d.heldLocal)
 	}
 	if len(d.heldGlobal) > 0 && hasConcurrency(d.heldGlobal) {
-		s.global.Release(ctx, d.heldGlobal)
+		s.global.Release(context.WithoutCancel(ctx), d.heldGlobal)
 	}
 	d.heldLocal, d.heldGlobal = d.heldLocal[:0], d.heldGlobal[:0]
 }

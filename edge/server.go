@@ -306,8 +306,9 @@ func (s *Server) Serve() error {
 			// h2spec case (4.2/3).
 			MaxReadFrameSize: 16384,
 		},
-		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ConnState: s.connState,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState:   s.connState,
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return withConnMemo(ctx) },
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -331,6 +332,7 @@ func (s *Server) Serve() error {
 		MaxHeaderBytes: maxHeaderBytes,
 		IdleTimeout:    idleTimeout,
 		Logger:         s.log,
+		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return withConnMemo(ctx) },
 	}
 	s.h12 = h12
 	s.mu.Unlock()

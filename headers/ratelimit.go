@@ -14,11 +14,11 @@
 package headers
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -27,6 +27,15 @@ const (
 	PolicyFieldName     = "Ratelimit-Policy"
 	LimitFieldName      = "Ratelimit"
 	RetryAfterFieldName = "Retry-After"
+)
+
+// The same names in lower case, as HTTP/2 and HTTP/3 put every field name on the wire.
+// A server that sets them under these keys spares quic-go and net/http's HTTP/2 a
+// lower-casing (an allocation each) per response; HTTP/1.1 writes keys as they are,
+// so it keeps the canonical ones.
+const (
+	PolicyFieldNameLower = "ratelimit-policy"
+	LimitFieldNameLower  = "ratelimit"
 )
 
 // Unit is what a policy counts (the qu parameter).
@@ -140,6 +149,7 @@ type Limit struct {
 // as RFC 9651 requires, and any byte outside printable ASCII is written as '?' so the
 // field stays well-formed and can never carry CR or LF.
 func AppendLimitField(dst []byte, ls []Limit) []byte {
+	var pk []byte // the previous item's encoded pk
 	for i := range ls {
 		l := &ls[i]
 		if i > 0 {
@@ -154,8 +164,17 @@ func AppendLimitField(dst []byte, ls []Limit) []byte {
 		}
 		if l.PartitionKey != nil {
 			dst = append(dst, ";pk=:"...)
-			dst = base64.StdEncoding.AppendEncode(dst, l.PartitionKey)
+			if i > 0 && pk != nil && bytes.Equal(l.PartitionKey, ls[i-1].PartitionKey) {
+				// Policies of one client key share it: copy its encoding.
+				dst = append(dst, pk...)
+			} else {
+				n := len(dst)
+				dst = base64.StdEncoding.AppendEncode(dst, l.PartitionKey)
+				pk = dst[n:]
+			}
 			dst = append(dst, ':')
+		} else {
+			pk = nil
 		}
 	}
 	return dst
@@ -188,7 +207,14 @@ func validString(s string) bool {
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	// Fast path: most names need no escaping at all.
-	if validString(s) && !strings.ContainsAny(s, `"\`) {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
 		dst = append(dst, s...)
 		return append(dst, '"')
 	}

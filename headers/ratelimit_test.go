@@ -115,6 +115,18 @@ func TestAppendLimitField(t *testing.T) {
 			ls:   []Limit{{Name: "burst", Remaining: 0, Reset: 2 * time.Second, PartitionKey: []byte{0xfb, 0xff, 0x00, 0x01, 0x02, 0x03, 0x04, 0xfe}}},
 			want: `"burst";r=0;t=2;pk=:+/8AAQIDBP4=:`,
 		},
+		{
+			name: "pk shared by neighbours, then another, then none, then the first again",
+			ls: []Limit{
+				{Name: "a", Remaining: 1, Concurrency: true, PartitionKey: []byte("key-0001")},
+				{Name: "b", Remaining: 2, Concurrency: true, PartitionKey: []byte("key-0001")},
+				{Name: "c", Remaining: 3, Concurrency: true, PartitionKey: []byte("key-0002")},
+				{Name: "d", Remaining: 4, Concurrency: true},
+				{Name: "e", Remaining: 5, Concurrency: true, PartitionKey: []byte("key-0002")},
+				{Name: "f", Remaining: 6, Concurrency: true, PartitionKey: []byte("key-0001")},
+			},
+			want: `"a";r=1;pk=:a2V5LTAwMDE=:, "b";r=2;pk=:a2V5LTAwMDE=:, "c";r=3;pk=:a2V5LTAwMDI=:, "d";r=4, "e";r=5;pk=:a2V5LTAwMDI=:, "f";r=6;pk=:a2V5LTAwMDE=:`,
+		},
 		{name: "empty pk", ls: []Limit{{Name: "a", Remaining: 1, Concurrency: true, PartitionKey: []byte{}}}, want: `"a";r=1;pk=::`},
 		{name: "escaping", ls: []Limit{{Name: `a"b\c`, Remaining: 1}}, want: `"a\"b\\c";r=1;t=0`},
 		{name: "invalid bytes replaced", ls: []Limit{{Name: "a\r\nb\xffé", Remaining: 1}}, want: `"a??b???";r=1;t=0`},
