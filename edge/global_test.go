@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -219,4 +221,50 @@ func TestMetricsStoreFailureLive(t *testing.T) {
 	if got[`h3edge_store_errors_total`] < 4 {
 		t.Errorf("store_errors_total = %v, want at least the 5 failed decisions but those the open circuit answered", got[`h3edge_store_errors_total`])
 	}
+}
+
+// A global concurrency policy's units count in inflight{policy} wherever this edge
+// holds them: in Redis, and in the local backstop while Redis is down.
+func TestInflightGaugeGlobal(t *testing.T) {
+	rd := startRedis(t)
+	up, inflight := slowUpstream(t, 10*time.Second)
+	e := startEdge(t, func(c *Config) {
+		c.Upstream = up.URL
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 50 * time.Millisecond}
+		c.Policies = []Policy{{Name: "conc", Key: []string{"ip"}, Algorithm: "concurrency", Quota: 10, OnStoreFailure: "open"}}
+	})
+	c := clientFor(t, "h2")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	send := func(n int) {
+		for range n {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/slow", nil)
+				if resp, err := c.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			})
+		}
+	}
+	gauge := func() float64 {
+		v, ok := inflightGauge(t, e, "conc")
+		if !ok {
+			t.Fatal(`h3edge_inflight{policy="conc"} missing`)
+		}
+		return v
+	}
+	send(2)
+	waitFor(t, 5*time.Second, func() bool { return inflight.Load() == 2 })
+	if v := gauge(); v != 2 {
+		t.Errorf("2 held in Redis: gauge %v", v)
+	}
+	rd.kill()
+	send(3) // decided by the local backstop
+	waitFor(t, 5*time.Second, func() bool { return inflight.Load() == 5 })
+	if v := gauge(); v != 5 {
+		t.Errorf("2 held in Redis and 3 in the backstop: gauge %v", v)
+	}
+	cancel()
+	wg.Wait()
+	waitFor(t, 5*time.Second, func() bool { return gauge() == 0 })
 }

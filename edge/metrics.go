@@ -105,12 +105,6 @@ var (
 	storeBuckets   = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 )
 
-// heldCounter is what a concurrency policy reports if it counts the units this edge
-// holds; limiter.Policy does not yet.
-type heldCounter interface {
-	Held() int64
-}
-
 // metrics is the edge's instrumentation: the counters of DESIGN.md §7, a collector
 // reading the limiter, the transport guard and the store at scrape time, and the
 // heavy-hitter sketches behind /api/v1/top. Make it with newMetrics. It is safe for
@@ -610,8 +604,8 @@ func (m *metrics) decisions() []decisionRow {
 		if f := m.failed[r.name]; f != nil {
 			row.FailedOpen, row.FailedClosed = f[0], f[1]
 		}
-		if h, ok := any(r.lim).(heldCounter); ok && r.lim.Algorithm == limiter.Concurrency {
-			n := h.Held()
+		if r.lim.Algorithm == limiter.Concurrency {
+			n := m.s.held.get(id)
 			row.Held = &n
 		}
 		rows = append(rows, row)

@@ -347,6 +347,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		return false
 	}
 	s.decideShadow(ctx, now, d)
+	// Every unit held from here on is given back by release, which uncounts it.
+	s.held.add(d.heldLocal, 1)
+	s.held.add(d.heldGlobal, 1)
 	if len(closed) > 0 {
 		s.release(ctx, d)
 		s.failClosed(w, closed)

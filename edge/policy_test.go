@@ -188,6 +188,23 @@ func held(t testing.TB, e *testEdge, i int, quota int64) int64 {
 	return quota - d.Remaining
 }
 
+// inflightGauge reads h3edge_inflight{policy} from e's /metrics; ok is false when the
+// series is missing.
+func inflightGauge(t testing.TB, e *testEdge, policy string) (v float64, ok bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + e.admin.addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok = parseExposition(t, body)[`h3edge_inflight{policy="`+policy+`"}`]
+	return v, ok
+}
+
 func TestConcurrencyPolicy(t *testing.T) {
 	up, inflight := slowUpstream(t, 10*time.Second)
 	e := startEdge(t, func(c *Config) {
@@ -212,6 +229,9 @@ func TestConcurrencyPolicy(t *testing.T) {
 		})
 	}
 	waitFor(t, 5*time.Second, func() bool { return inflight.Load() == 3 })
+	if v, ok := inflightGauge(t, e, "inflight"); !ok || v != 3 {
+		t.Errorf(`h3edge_inflight{policy="inflight"} = %v (present %v) with 3 in flight, want 3`, v, ok)
+	}
 	start := time.Now()
 	resp, _ := do(t, c, "GET", e.url+"/slow", nil, nil)
 	if resp.StatusCode != 429 || time.Since(start) > 2*time.Second {
@@ -228,6 +248,9 @@ func TestConcurrencyPolicy(t *testing.T) {
 	cancel()
 	wg.Wait()
 	waitFor(t, 5*time.Second, func() bool { return held(t, e, 0, 3) == 0 })
+	if v, ok := inflightGauge(t, e, "inflight"); !ok || v != 0 {
+		t.Errorf(`h3edge_inflight{policy="inflight"} = %v (present %v) after release, want 0`, v, ok)
+	}
 	if resp, _ := do(t, c, "GET", e.url+"/", nil, nil); resp.StatusCode != 200 {
 		t.Errorf("after release: %d, want 200", resp.StatusCode)
 	}
@@ -266,6 +289,9 @@ func TestConcurrencyNeverLeaks(t *testing.T) {
 	}
 	wg.Wait()
 	waitFor(t, 10*time.Second, func() bool { return held(t, e, 0, 100000) == 0 })
+	if v, ok := inflightGauge(t, e, "inflight"); !ok || v != 0 {
+		t.Errorf(`h3edge_inflight{policy="inflight"} = %v (present %v) after 1000 cancellations, want 0`, v, ok)
+	}
 }
 
 func TestContentBytes(t *testing.T) {

@@ -167,6 +167,8 @@ func (s *Server) fallBack(ctx context.Context, now time.Time, d *decision, cause
 
 // release gives back the concurrency units d holds, in the store that holds them.
 func (s *Server) release(ctx context.Context, d *decision) {
+	s.held.add(d.heldLocal, -1)
+	s.held.add(d.heldGlobal, -1)
 	if len(d.heldLocal) > 0 && hasConcurrency(d.heldLocal) {
 		s.store.Release(context.WithoutCancel(ctx), d.heldLocal)
 	}

@@ -82,6 +82,7 @@ type Server struct {
 	metrics   *metrics
 	admin     *adminServer
 	rejectLog *sampler
+	held      heldUnits // concurrency units held now, per policy
 
 	tcpLn   net.Listener
 	udpConn *net.UDPConn
