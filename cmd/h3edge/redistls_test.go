@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestRedisTLS: two edges share one quota through a redis-server that speaks only TLS
+// (rediss://), trusting its self-signed certificate through SSL_CERT_FILE; an edge
+// that does not trust it cannot decide (the closed policy answers 503), so the
+// certificate is verified, not skipped.
+func TestRedisTLS(t *testing.T) {
+	bin := tool(t, "redis-server")
+	dir := t.TempDir()
+	certFile, keyFile, pool := redisCert(t, dir)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	rd := exec.Command(bin, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	if err := rd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Process.Kill(); rd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server with TLS did not come up: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	cfg := filepath.Join(dir, "h3edge.yaml")
+	os.WriteFile(cfg, []byte(roomyIP+fmt.Sprintf(`redis: {url: "rediss://127.0.0.1:%d/0", timeout: 500ms}
+keys: {secret: redis-tls-test-secret}
+policies:
+  - {name: shared, key: ["header:X-API-Key"], quota: 6, window: 1m, on_store_failure: closed}
+`, port)), 0o644)
+	trust := []string{"SSL_CERT_FILE=" + certFile}
+	a, b := startProc(t, trust, "-config", cfg), startProc(t, trust, "-config", cfg)
+	c := client(t, "h2")
+	codes := map[int]int{}
+	for i := range 12 {
+		p := a
+		if i%2 == 1 {
+			p = b
+		}
+		codes[get(t, c, p.url+"/", "X-API-Key", "tls-key")]++
+	}
+	if codes[200] != 6 || codes[429] != 6 {
+		t.Errorf("two edges over rediss://: %v, want exactly the quota (6) admitted and 6 denied", codes)
+	}
+
+	untrusting := startProc(t, []string{"SSL_CERT_FILE=" + filepath.Join(dir, "none.pem")}, "-config", cfg)
+	if code := get(t, c, untrusting.url+"/", "X-API-Key", "tls-key"); code != http.StatusServiceUnavailable {
+		t.Errorf("an edge that does not trust Redis's certificate answered %d, want 503 (on_store_failure: closed)", code)
+	}
+}
+
+// get sends a GET with one header and returns the status.
+func get(t testing.TB, c *http.Client, url, name, value string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set(name, value)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// redisCert writes a self-signed certificate for 127.0.0.1 and its key.
+func redisCert(t testing.TB, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "redis test"},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalPKCS8PrivateKey(key)
+	certFile, keyFile = filepath.Join(dir, "redis.pem"), filepath.Join(dir, "redis.key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
