@@ -81,18 +81,11 @@ func captureInitial(ctx context.Context, tc *tls.Config) ([]byte, error) {
 		return nil, err
 	}
 	defer sink.Close()
-	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	stop, err := startDial(ctx, sink.LocalAddr(), tc, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	tr := &quic.Transport{Conn: uc}
-	defer uc.Close()
-	defer tr.Close()
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	tc = tc.Clone()
-	tc.NextProtos = []string{http3.NextProtoH3}
-	go tr.Dial(dctx, sink.LocalAddr(), tc, &quic.Config{})
+	defer stop()
 	sink.SetReadDeadline(time.Now().Add(2 * time.Second))
 	buf := make([]byte, 64<<10)
 	n, _, err := sink.ReadFromUDP(buf)
@@ -495,23 +488,13 @@ func captureTokenInitial(ctx context.Context, src netip.Addr, dst netip.AddrPort
 		return nil, fmt.Errorf("bench: relay on %v: %w", src, err)
 	}
 	defer relay.Close()
-	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	tc = tc.Clone()
+	tc.CurvePreferences = []tls.CurveID{tls.X25519}
+	stop, err := startDial(ctx, relay.LocalAddr(), tc, 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	tr := &quic.Transport{Conn: uc}
-	defer uc.Close()
-	defer tr.Close()
-	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	tc = tc.Clone()
-	tc.NextProtos = []string{http3.NextProtoH3}
-	tc.CurvePreferences = []tls.CurveID{tls.X25519}
-	go func() {
-		if qc, err := tr.Dial(dctx, relay.LocalAddr(), tc, &quic.Config{}); err == nil {
-			qc.CloseWithError(0, "")
-		}
-	}()
+	defer stop()
 	server := net.UDPAddrFromAddrPort(dst)
 	var client *net.UDPAddr
 	relay.SetReadDeadline(time.Now().Add(3 * time.Second))
@@ -533,6 +516,25 @@ func captureTokenInitial(ctx context.Context, src netip.Addr, dst netip.AddrPort
 		}
 		relay.WriteToUDP(buf[:n], server)
 	}
+}
+
+// startDial begins one HTTP/3 handshake to `to` from a fresh socket on 127.0.0.1, in
+// the background, for at most d; stop ends it. The captures above read what it sends.
+func startDial(ctx context.Context, to net.Addr, tc *tls.Config, d time.Duration) (stop func(), err error) {
+	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	tr := &quic.Transport{Conn: uc}
+	dctx, cancel := context.WithTimeout(ctx, d)
+	tc = tc.Clone()
+	tc.NextProtos = []string{http3.NextProtoH3}
+	go func() {
+		if qc, err := tr.Dial(dctx, to, tc, &quic.Config{}); err == nil {
+			qc.CloseWithError(0, "")
+		}
+	}()
+	return func() { cancel(); tr.Close(); uc.Close() }, nil
 }
 
 // initialToken returns the token of a QUIC v1 Initial packet (RFC 9000, section 17.2.2).
