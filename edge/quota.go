@@ -167,12 +167,12 @@ func (s *Server) fallBack(ctx context.Context, now time.Time, d *decision, cause
 
 // release gives back the concurrency units d holds, in the store that holds them.
 func (s *Server) release(ctx context.Context, d *decision) {
-	s.held.add(d.heldLocal, -1)
-	s.held.add(d.heldGlobal, -1)
 	if len(d.heldLocal) > 0 && hasConcurrency(d.heldLocal) {
+		s.held.add(d.heldLocal, -1)
 		s.store.Release(context.WithoutCancel(ctx), d.heldLocal)
 	}
 	if len(d.heldGlobal) > 0 && hasConcurrency(d.heldGlobal) {
+		s.held.add(d.heldGlobal, -1)
 		s.global.Release(context.WithoutCancel(ctx), d.heldGlobal)
 	}
 	d.heldLocal, d.heldGlobal = d.heldLocal[:0], d.heldGlobal[:0]
