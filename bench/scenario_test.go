@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,9 @@ var serveBareFlag = flag.String("h3bench.serve-bare", "", "run the bare server o
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if *serveBareFlag != "" {
+		if os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(400) // as h3edge and h3bench serve-bare run
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if err := ServeBare(ctx, *serveBareFlag, os.Stderr); err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -138,6 +139,11 @@ func serveBare(args []string, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "h3bench serve-bare: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
+	}
+	// The collector setting h3edge runs with (cmd/h3edge/gc.go), so that the baseline
+	// compares the servers, not two GOGC values.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

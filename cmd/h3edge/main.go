@@ -143,6 +143,7 @@ func serve(args []string, stderr io.Writer) int {
 		handler = slog.NewJSONHandler(stderr, nil)
 	}
 	log := slog.New(handler)
+	gogc, memLimit := tuneGC()
 
 	reload := func() (*edge.Config, error) { return loadConfig(*file, &o) }
 	srv, err := edge.New(cfg, edge.Options{Logger: log, Load: reload})
@@ -169,6 +170,12 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	if cfg.File != "" {
 		attrs = append(attrs, "config", cfg.File)
+	}
+	if gogc != 0 {
+		attrs = append(attrs, "gogc", gogc)
+	}
+	if memLimit != 0 {
+		attrs = append(attrs, "gomemlimit", memLimit)
 	}
 	log.Info("h3edge serving", attrs...)
 
