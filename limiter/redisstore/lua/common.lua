@@ -50,6 +50,12 @@ end
 --   out(key, pol, st, cost, ok, o)      append the reply's fields for one request to o
 --   save(key, pol, st, a1, …, a6)       store st, with an expiry; returns the logged instant
 --   refund(key, pol, units, s, a1, …, a4)  give back units charged earlier
+--   init(pol)                           optional: derives what one needs, once per call
+--   one(key, pol, cost, a1, a2, a3, o)  optional: load, step, out and save of a request
+--     decided on its own (no lease), the common case, with the state in locals instead
+--     of a table and no calls between the steps; returns true if admitted. It must
+--     decide, reply and store exactly as the four functions do (TestAgreesWithLocal
+--     runs both paths against limiter.Local).
 -- The request fields a1…a6 (numbers) and s (a string) are per algorithm, below.
 local ALG = {}
 
@@ -90,6 +96,17 @@ local function outString(o, s)
   o[#o + 1] = spack('>B', #s) .. s
 end
 
+-- verdict packs a request's own verdict for decide.lua's reply: admitted or not, and
+-- the units granted. The usual two are packed once.
+local OK1, NO = spack('>Bd', 1, 1), spack('>Bd', 0, 0)
+local function verdict(ok, granted)
+  if ok then
+    if granted == 1 then return OK1 end
+    return spack('>Bd', 1, granted)
+  end
+  return NO
+end
+
 local function copy(st)
   local c = {}
   for k, v in pairs(st) do c[k] = v end
@@ -109,6 +126,7 @@ local function readPolicies(P)
     local f = { f1, f2, f3, f4, f5, f6 }
     local pol = { alg = alg, ttls = ttls }
     for j = 1, #alg.fields do pol[alg.fields[j]] = f[j] end
+    if alg.init then alg.init(pol) end
     pols[i] = pol
   end
   return pols

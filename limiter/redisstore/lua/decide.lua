@@ -19,16 +19,6 @@ local A, P, Q = ARGV, ARGV[1], ARGV[2]
 local pols = readPolicies(P)
 local pos
 
--- The usual verdicts of a request, packed once.
-local OK1, NO = spack('>Bd', 1, 1), spack('>Bd', 0, 0)
-local function verdict(ok, granted)
-  if ok then
-    if granted == 1 then return OK1 end
-    return spack('>Bd', 1, granted)
-  end
-  return NO
-end
-
 local out = {}
 local ONE = { hi = 0, lo = 0, n = 0, p = 0, raw = '' } -- the one-request path's state
 local nseg
@@ -40,33 +30,37 @@ for _ = 1, nseg do
   local head = #out + 1
   out[head] = '\0'
   if nreq == 1 then
-    -- The common case, one request: no bookkeeping of keys and charges.
-    local rp = pos
+    -- The common case, one request: no bookkeeping of keys and charges, and for the
+    -- algorithms that have one, the whole request in one function (ALG[code].one).
     local pi, ki, cost, want, a1, a2, a3, a4, a5, a6, si
     pi, ki, cost, want, a1, a2, a3, a4, a5, a6, si, pos = sunpack('>ddddddddddd', Q, pos)
-    local s = si > 0 and A[si] or ''
     local pol = pols[pi]
     local alg = pol.alg
-    local key = KEYS[ki]
-    local st = alg.load(key, pol, s, ONE)
-    local ok, granted = false, 0
-    if want > cost then
-      local c = copy(st)
-      if alg.step(pol, c, want, a1, a2, a3, a4, a5, a6, s) then
-        st, ok, granted = c, true, want
+    if alg.one and want == cost then
+      if alg.one(KEYS[ki], pol, cost, a1, a2, a3, out) then out[head] = '\1' end
+    else
+      local s = si > 0 and A[si] or ''
+      local key = KEYS[ki]
+      local st = alg.load(key, pol, s, ONE)
+      local ok, granted = false, 0
+      if want > cost then
+        local c = copy(st)
+        if alg.step(pol, c, want, a1, a2, a3, a4, a5, a6, s) then
+          st, ok, granted = c, true, want
+        end
       end
-    end
-    if not ok then
-      ok = alg.step(pol, st, cost, a1, a2, a3, a4, a5, a6, s)
-      if ok then granted = cost end
-    end
-    out[#out + 1] = verdict(ok, granted)
-    alg.out(key, pol, st, granted > 0 and granted or cost, ok, out)
-    if ok then
-      out[head] = '\1'
-      if granted > 0 then
-        local at = alg.save(key, pol, st, a1, a2, a3, a4, a5, a6)
-        if at then out[#out] = spack('>B', #at) .. at end
+      if not ok then
+        ok = alg.step(pol, st, cost, a1, a2, a3, a4, a5, a6, s)
+        if ok then granted = cost end
+      end
+      out[#out + 1] = verdict(ok, granted)
+      alg.out(key, pol, st, granted > 0 and granted or cost, ok, out)
+      if ok then
+        out[head] = '\1'
+        if granted > 0 then
+          local at = alg.save(key, pol, st, a1, a2, a3, a4, a5, a6)
+          if at then out[#out] = spack('>B', #at) .. at end
+        end
       end
     end
   else

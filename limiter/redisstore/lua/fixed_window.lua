@@ -28,6 +28,35 @@ ALG.f = {
       redis.call('SET', key, encode(st), 'KEEPTTL')
     end
   end,
+  -- load, step, outPacked and save above, with the state in locals
+  one = function(key, pol, cost, a1, a2, a3, o)
+    local v = redis.call('GET', key)
+    local hi, lo, n, p = 0, 0, 0, 0
+    if v then hi, lo, n, p = sunpack('>dddd', v) end
+    -- A key holding this window's state expires at the window's end plus the margin:
+    -- the write that began the window set that, so later ones keep it.
+    local same = hi == a1 and lo == a2
+    if (a1 - hi) * R32 + (a2 - lo) > 0 then
+      hi, lo, n, p = a1, a2, 0, 0
+    end
+    local ok = cost == 0 or cost <= pol.quota and n + cost <= pol.quota
+    local i = #o
+    o[i + 1] = verdict(ok, ok and cost or 0)
+    if v then
+      o[i + 2], o[i + 3] = '\32', v
+    else
+      o[i + 2] = '\0'
+    end
+    if ok and cost > 0 then
+      local s = spack('>dddd', hi, lo, n + cost, p)
+      if hi == a1 and lo == a2 and not same then
+        redis.call('SET', key, s, 'PX', a3 + MARGIN)
+      else
+        redis.call('SET', key, s, 'KEEPTTL')
+      end
+    end
+    return ok
+  end,
   refund = function(key, pol, units, s, a1, a2)
     local st = loadPacked(key)
     if st.hi ~= a1 or st.lo ~= a2 then return end -- that window is over

@@ -6,6 +6,14 @@
 -- long the fullest bucket takes to drain, plus the margin, in ms.
 -- Request fields: a1, a2 = now in ticks (hi, lo).
 -- Refund fields: none.
+--
+-- p, which the algorithm does not use, holds a lower bound of the key's expiry (ms on
+-- the Redis clock; 0: unknown), written by one. Updating a key's expiry costs Redis
+-- about as much as the rest of a decision (the expiry is deleted and inserted again), so
+-- one keeps it (KEEPTTL) while it outlasts the stored backlog's drain by the margin, and
+-- otherwise sets it afresh: a hot key's expiry moves about once per window, not on
+-- every request. Other writers set the expiry afresh and leave p as it was, still a
+-- lower bound. limiter/step.go ignores p for this family.
 
 local function drain(pol, st, nhi, nlo)
   local e = diff(nhi, nlo, st.hi, st.lo)
@@ -50,4 +58,43 @@ ALG.b = {
   out = outPacked,
   save = saveBucket,
   refund = refundBucket,
+  init = function(pol)
+    pol.ttln = tonumber(pol.ttls)
+    -- ms for one unit of backlog to drain, at least: ttls is the drain time of
+    -- capUnits + perTick units plus two ticks, rounded up, plus the margin (keys.go)
+    pol.msPerUnit = (pol.ttln - MARGIN) / (pol.capUnits + 2 * pol.perTick)
+  end,
+  -- load, drain, step, outPacked and saveBucket above, with the state in locals; the
+  -- expiry as p's comment says
+  one = function(key, pol, cost, a1, a2, _, o)
+    local v = redis.call('GET', key)
+    local hi, lo, n, p = 0, 0, 0, 0
+    if v then hi, lo, n, p = sunpack('>dddd', v) end
+    local e = (a1 - hi) * R32 + (a2 - lo)
+    if e > 0 then
+      if e >= pol.drainAll or e * pol.perTick >= n then
+        n = 0
+      else
+        n = n - e * pol.perTick
+      end
+      hi, lo = a1, a2
+    end
+    local ok = cost == 0 or cost <= pol.burst and cost * pol.perUnit - (pol.capUnits - n) < pol.perTick
+    local i = #o
+    o[i + 1] = verdict(ok, ok and cost or 0)
+    if v then
+      o[i + 2], o[i + 3] = '\32', v
+    else
+      o[i + 2] = '\0'
+    end
+    if ok and cost > 0 then
+      n = n + cost * pol.perUnit
+      if p >= NOWMS + n * pol.msPerUnit + MARGIN then
+        redis.call('SET', key, spack('>dddd', hi, lo, n, p), 'KEEPTTL')
+      else
+        redis.call('SET', key, spack('>dddd', hi, lo, n, NOWMS + pol.ttln), 'PX', pol.ttls)
+      end
+    end
+    return ok
+  end,
 }
