@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,9 +78,22 @@ type logResult struct {
 	at0, atj, rat0, logged string
 }
 
+// callPool recycles calls: with its inline storage a call is most of the memory a
+// batched decision allocates.
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// free returns c to callPool. Decide calls it last: by then every reply was received
+// (done is drained), and what outlives the decision (held units, refunds, pools) was
+// copied out of c.
+func (c *call) free() {
+	done := c.done
+	*c = call{done: done}
+	callPool.Put(c)
+}
+
 // newCall splits reqs into segments. Requests served from a lease (lp) are left out.
 func (s *Store) newCall(t int64, reqs []limiter.Request, infos []*policyInfo, lp *leasePlan) *call {
-	c := &call{done: make(chan struct{}, 1)}
+	c := callPool.Get().(*call)
 	c.segs = c.segBuf[:0]
 	for i := range reqs {
 		if lp != nil && lp.taken[i] {

@@ -451,6 +451,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, reqs []limiter.Reques
 		deadline = d
 	}
 	c := s.newCall(t, reqs, infos, lp)
+	defer c.free()
 	if err := s.run(ctx, start, deadline, c); err != nil {
 		lp.giveBack()
 		if len(c.segs) > 1 { // a cluster node failed: undo what the others charged
