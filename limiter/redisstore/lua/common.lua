@@ -57,7 +57,18 @@ end
 --     decide, reply and store exactly as the four functions do (TestAgreesWithLocal
 --     runs both paths against limiter.Local).
 -- The request fields a1…a6 (numbers) and s (a string) are per algorithm, below.
-local ALG = {}
+--
+-- Redis runs a script's top level on every call, and making all seven tables with their
+-- functions costs more than several decisions: each file registers a constructor in
+-- DEF instead, and ALG[code] makes the table on its first use in a call.
+local DEF = {}
+local ALG = setmetatable({}, { __index = function(t, code)
+  local def = DEF[code]
+  if def == nil then return nil end
+  local a = def()
+  t[code] = a
+  return a
+end })
 
 -- Packed state: t (hi, lo), n, p as four doubles; see limiter/step.go for each
 -- algorithm's meaning. The reply carries the stored value back as it is, after a

@@ -9,7 +9,7 @@
 -- prefix:1 … prefix:cost. Reply: the units held before the request (a double).
 -- Refund fields: s = the members' prefix.
 
-ALG.c = {
+DEF.c = function() return {
   fields = { 'quota', 'ttl' },
   load = function(key, pol)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', NOWMS)
@@ -47,4 +47,4 @@ ALG.c = {
     for i = 1, units do m[i] = s .. ':' .. i end
     redis.call('ZREM', key, unpack(m))
   end,
-}
+} end

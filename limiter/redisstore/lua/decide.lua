@@ -24,16 +24,18 @@ local ONE = { hi = 0, lo = 0, n = 0, p = 0, raw = '' } -- the one-request path's
 local nseg
 nseg, pos = sunpack('>d', Q, 1)
 for _ = 1, nseg do
-  local nreq, ns, _
-  nreq, _, _, NOWMS, ns, pos = sunpack('>ddddd', Q, pos)
+  -- The segment's head and its first request in one unpacking (a segment has at least
+  -- one request).
+  local nreq, ns, _, pi, ki, cost, want, a1, a2, a3, a4, a5, a6, si, after
+  nreq, _, _, NOWMS, ns, pi, ki, cost, want, a1, a2, a3, a4, a5, a6, si, after =
+    sunpack('>dddddddddddddddd', Q, pos)
   NOW = ns > 0 and A[ns] or ''
   local head = #out + 1
   out[head] = '\0'
   if nreq == 1 then
     -- The common case, one request: no bookkeeping of keys and charges, and for the
     -- algorithms that have one, the whole request in one function (ALG[code].one).
-    local pi, ki, cost, want, a1, a2, a3, a4, a5, a6, si
-    pi, ki, cost, want, a1, a2, a3, a4, a5, a6, si, pos = sunpack('>ddddddddddd', Q, pos)
+    pos = after
     local pol = pols[pi]
     local alg = pol.alg
     if alg.one and want == cost then
@@ -64,6 +66,7 @@ for _ = 1, nseg do
       end
     end
   else
+    pos = pos + 40 -- the head's five doubles: the requests are read below
     local states, order = {}, {}
     local admitted, charged = true, false
     for _ = 1, nreq do
@@ -102,7 +105,7 @@ for _ = 1, nseg do
       end
       out[#out + 1] = verdict(ok, granted)
       alg.out(key, pol, st, granted > 0 and granted or cost, ok, out)
-      if alg == ALG.g then -- where save writes the logged instant
+      if alg.logs then -- where save writes the logged instant
         st.logged = st.logged or {}
         st.logged[#st.logged + 1] = #out
       end

@@ -5,7 +5,7 @@
 -- Request fields: a1, a2 = start of now's window (hi, lo); a3 = ms until its end.
 -- Refund fields: a1, a2 = start of the window the units were charged in.
 
-ALG.f = {
+DEF.f = function() return {
   fields = { 'quota' },
   load = loadPacked,
   step = function(pol, st, cost, a1, a2)
@@ -63,4 +63,4 @@ ALG.f = {
     st.n = math.max(st.n - units, 0)
     redis.call('SET', key, encode(st), 'KEEPTTL')
   end,
-}
+} end

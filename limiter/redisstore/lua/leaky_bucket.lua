@@ -5,7 +5,7 @@
 -- Policy fields: perTick, perUnit, delayMax, quota, drainAll; the expiry (ttls).
 -- Request and refund fields: as token_bucket.
 
-ALG.l = {
+DEF.l = function() return {
   fields = { 'perTick', 'perUnit', 'delayMax', 'quota', 'drainAll' },
   load = loadPacked,
   step = function(pol, st, cost, a1, a2)
@@ -21,4 +21,4 @@ ALG.l = {
   out = outPacked,
   save = saveBucket,
   refund = refundBucket,
-}
+} end

@@ -33,7 +33,8 @@ local function logAt(key, st, i)
   return NOW
 end
 
-ALG.g = {
+DEF.g = function() return {
+  logs = true, -- save returns the logged instant (decide.lua)
   fields = { 'quota', 'window' },
   load = function(key, pol, s)
     local len = redis.call('LLEN', key)
@@ -93,4 +94,4 @@ ALG.g = {
   refund = function(key, pol, units, s)
     redis.call('LREM', key, -units, s)
   end,
-}
+} end

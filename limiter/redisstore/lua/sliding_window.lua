@@ -8,7 +8,7 @@
 -- Refund fields: a1, a2 = start of the window the units were charged in; a3, a4 =
 -- start of the window after it.
 
-ALG.s = {
+DEF.s = function() return {
   fields = { 'quota', 'wt' },
   load = loadPacked,
   step = function(pol, st, cost, a1, a2, a3, a4, a5)
@@ -47,4 +47,4 @@ ALG.s = {
     end
     redis.call('SET', key, encode(st), 'KEEPTTL')
   end,
-}
+} end

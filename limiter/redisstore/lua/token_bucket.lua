@@ -40,7 +40,7 @@ local function refundBucket(key, pol, units)
   redis.call('SET', key, encode(st), 'KEEPTTL')
 end
 
-ALG.b = {
+DEF.b = function() return {
   fields = { 'perTick', 'perUnit', 'capUnits', 'burst', 'drainAll' },
   load = loadPacked,
   step = function(pol, st, cost, a1, a2)
@@ -97,4 +97,4 @@ ALG.b = {
     end
     return ok
   end,
-}
+} end
