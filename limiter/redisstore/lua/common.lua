@@ -51,9 +51,10 @@ end
 --   save(key, pol, st, a1, …, a6)       store st, with an expiry; returns the logged instant
 --   refund(key, pol, units, s, a1, …, a4)  give back units charged earlier
 --   init(pol)                           optional: derives what one needs, once per call
---   one(key, pol, cost, a1, a2, a3, o)  optional: load, step, out and save of a request
---     decided on its own (no lease), the common case, with the state in locals instead
---     of a table and no calls between the steps; returns true if admitted. It must
+--   one(key, pol, cost, a1, a2, a3, o, i)  optional: load, step, out and save of the
+--     one request of a segment (no lease), the common case, with the state in locals
+--     instead of a table and no calls between the steps; writes the segment's whole
+--     reply from o[i] (replyOne). It must
 --     decide, reply and store exactly as the four functions do (TestAgreesWithLocal
 --     runs both paths against limiter.Local).
 -- The request fields a1…a6 (numbers) and s (a string) are per algorithm, below.
@@ -116,6 +117,25 @@ local function verdict(ok, granted)
     return spack('>Bd', 1, granted)
   end
   return NO
+end
+
+-- replyOne writes the reply of a segment of one request decided by ALG[code].one to
+-- o[i] (and o[i + 1]): the segment's byte, the request's verdict and, for a packed state
+-- v, its length byte (one string, made once for the usual cases), then v. The bytes
+-- are those decide.lua writes piece by piece; fewer pieces cost less to concatenate.
+local R_OK1_V, R_OK1_N = '\1' .. OK1 .. '\32', '\1' .. OK1 .. '\0'
+local R_NO_V, R_NO_N = '\0' .. NO .. '\32', '\0' .. NO .. '\0'
+local function replyOne(o, i, ok, granted, v)
+  local h
+  if ok and granted == 1 then
+    h = v and R_OK1_V or R_OK1_N
+  elseif not ok then
+    h = v and R_NO_V or R_NO_N
+  else
+    h = '\1' .. verdict(true, granted) .. (v and '\32' or '\0')
+  end
+  o[i] = h
+  if v then o[i + 1] = v end
 end
 
 local function copy(st)

@@ -31,7 +31,6 @@ for _ = 1, nseg do
     sunpack('>dddddddddddddddd', Q, pos)
   NOW = ns > 0 and A[ns] or ''
   local head = #out + 1
-  out[head] = '\0'
   if nreq == 1 then
     -- The common case, one request: no bookkeeping of keys and charges, and for the
     -- algorithms that have one, the whole request in one function (ALG[code].one).
@@ -39,8 +38,9 @@ for _ = 1, nseg do
     local pol = pols[pi]
     local alg = pol.alg
     if alg.one and want == cost then
-      if alg.one(KEYS[ki], pol, cost, a1, a2, a3, out) then out[head] = '\1' end
+      alg.one(KEYS[ki], pol, cost, a1, a2, a3, out, head)
     else
+      out[head] = '\0'
       local s = si > 0 and A[si] or ''
       local key = KEYS[ki]
       local st = alg.load(key, pol, s, ONE)
@@ -66,6 +66,7 @@ for _ = 1, nseg do
       end
     end
   else
+    out[head] = '\0'
     pos = pos + 40 -- the head's five doubles: the requests are read below
     local states, order = {}, {}
     local admitted, charged = true, false

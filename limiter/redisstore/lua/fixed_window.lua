@@ -29,7 +29,7 @@ DEF.f = function() return {
     end
   end,
   -- load, step, outPacked and save above, with the state in locals
-  one = function(key, pol, cost, a1, a2, a3, o)
+  one = function(key, pol, cost, a1, a2, a3, o, i)
     local v = redis.call('GET', key)
     local hi, lo, n, p = 0, 0, 0, 0
     if v then hi, lo, n, p = sunpack('>dddd', v) end
@@ -40,13 +40,7 @@ DEF.f = function() return {
       hi, lo, n, p = a1, a2, 0, 0
     end
     local ok = cost == 0 or cost <= pol.quota and n + cost <= pol.quota
-    local i = #o
-    o[i + 1] = verdict(ok, ok and cost or 0)
-    if v then
-      o[i + 2], o[i + 3] = '\32', v
-    else
-      o[i + 2] = '\0'
-    end
+    replyOne(o, i, ok, ok and cost or 0, v)
     if ok and cost > 0 then
       local s = spack('>dddd', hi, lo, n + cost, p)
       if hi == a1 and lo == a2 and not same then
@@ -55,7 +49,6 @@ DEF.f = function() return {
         redis.call('SET', key, s, 'KEEPTTL')
       end
     end
-    return ok
   end,
   refund = function(key, pol, units, s, a1, a2)
     local st = loadPacked(key)

@@ -66,7 +66,7 @@ DEF.b = function() return {
   end,
   -- load, drain, step, outPacked and saveBucket above, with the state in locals; the
   -- expiry as p's comment says
-  one = function(key, pol, cost, a1, a2, _, o)
+  one = function(key, pol, cost, a1, a2, _, o, i)
     local v = redis.call('GET', key)
     local hi, lo, n, p = 0, 0, 0, 0
     if v then hi, lo, n, p = sunpack('>dddd', v) end
@@ -80,13 +80,7 @@ DEF.b = function() return {
       hi, lo = a1, a2
     end
     local ok = cost == 0 or cost <= pol.burst and cost * pol.perUnit - (pol.capUnits - n) < pol.perTick
-    local i = #o
-    o[i + 1] = verdict(ok, ok and cost or 0)
-    if v then
-      o[i + 2], o[i + 3] = '\32', v
-    else
-      o[i + 2] = '\0'
-    end
+    replyOne(o, i, ok, ok and cost or 0, v)
     if ok and cost > 0 then
       n = n + cost * pol.perUnit
       if p >= NOWMS + n * pol.msPerUnit + MARGIN then
@@ -95,6 +89,5 @@ DEF.b = function() return {
         redis.call('SET', key, spack('>dddd', hi, lo, n, NOWMS + pol.ttln), 'PX', pol.ttls)
       end
     end
-    return ok
   end,
 } end
