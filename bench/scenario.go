@@ -65,6 +65,9 @@ type Report struct {
 	// Chart is the scenario's chart, for the SVG file; nil if none.
 	Chart   *Chart
 	Elapsed time.Duration
+	// Remeasured tells that short mode measured a noisy pair once more (noisy-neighbour),
+	// which takes it past its usual time.
+	Remeasured bool
 }
 
 // WaitingError is returned by RunScenario for a scenario that needs something this
@@ -367,17 +370,18 @@ func (r *Report) WriteText(w io.Writer) error {
 // table, notes, figures}.
 func (r *Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Scenario string     `json:"scenario"`
-		Short    bool       `json:"short"`
-		Claim    string     `json:"claim"`
-		Holds    bool       `json:"holds"`
-		Verdict  string     `json:"verdict"`
-		Pinned   bool       `json:"pinned"`
-		Elapsed  float64    `json:"elapsed_seconds"`
-		Table    [][]string `json:"table"`
-		Notes    []string   `json:"notes,omitempty"`
-		Figures  any        `json:"figures"`
-	}{r.Scenario, r.Short, r.Claim, r.Holds, r.Verdict, r.Pinned, r.Elapsed.Seconds(), r.Table, r.Notes, r.Figures})
+		Scenario   string     `json:"scenario"`
+		Short      bool       `json:"short"`
+		Claim      string     `json:"claim"`
+		Holds      bool       `json:"holds"`
+		Verdict    string     `json:"verdict"`
+		Pinned     bool       `json:"pinned"`
+		Elapsed    float64    `json:"elapsed_seconds"`
+		Table      [][]string `json:"table"`
+		Notes      []string   `json:"notes,omitempty"`
+		Figures    any        `json:"figures"`
+		Remeasured bool       `json:"remeasured,omitempty"`
+	}{r.Scenario, r.Short, r.Claim, r.Holds, r.Verdict, r.Pinned, r.Elapsed.Seconds(), r.Table, r.Notes, r.Figures, r.Remeasured})
 }
 
 // Helpers shared by the scenarios.

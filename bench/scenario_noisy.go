@@ -252,6 +252,7 @@ func runNoisy(ctx context.Context, e *env) (*Report, error) {
 			noisyShortFactor, noisyShortSlack, noisyMaxP99Factor))
 	}
 	if retried != "" {
+		rep.Remeasured = true
 		rep.Notes = append(rep.Notes, retried)
 	}
 

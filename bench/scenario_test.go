@@ -147,8 +147,12 @@ func shortScenario(t *testing.T, name string) *Report {
 	if !rep.Holds {
 		t.Errorf("claim does not hold: %s", rep.Verdict)
 	}
-	if d := time.Since(start); d > 12*time.Second {
-		t.Errorf("short mode took %v, want at most 10 s (plus the build)", d)
+	limit := 12 * time.Second
+	if rep.Remeasured {
+		limit = 18 * time.Second // the h3edge pair again: two more short phases
+	}
+	if d := time.Since(start); d > limit {
+		t.Errorf("short mode took %v, want at most %v (plus the build)", d, limit-2*time.Second)
 	}
 	b, err := json.Marshal(rep)
 	if err != nil || !json.Valid(b) || !bytes.Contains(b, []byte(`"holds":true`)) {
