@@ -211,10 +211,19 @@ func (t *tail) String() string {
 	return string(t.b)
 }
 
+// handedOut holds the ports freePort returned: the kernel may offer a port again once
+// its probe closed it, and two servers of one scenario (or a server's public and admin
+// ports) must not be given the same one.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // freePort returns a port free on 127.0.0.1 for both TCP and UDP at the time of the
-// call (another process may still take it before it is used).
+// call and not returned before by this process (another process may still take it
+// before it is used).
 func freePort() (int, error) {
-	for range 20 {
+	for range 50 {
 		tl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return 0, err
@@ -222,8 +231,20 @@ func freePort() (int, error) {
 		port := tl.Addr().(*net.TCPAddr).Port
 		ul, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 		tl.Close()
-		if err == nil {
-			ul.Close()
+		if err != nil {
+			continue
+		}
+		ul.Close()
+		handedOut.Lock()
+		seen := handedOut.ports[port]
+		if !seen {
+			if handedOut.ports == nil {
+				handedOut.ports = make(map[int]bool)
+			}
+			handedOut.ports[port] = true
+		}
+		handedOut.Unlock()
+		if !seen {
 			return port, nil
 		}
 	}

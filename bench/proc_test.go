@@ -110,3 +110,20 @@ func TestStartProcessFailures(t *testing.T) {
 		t.Error("alive after stop")
 	}
 }
+
+// TestFreePortDistinct: the ports freePort hands out never repeat, so two servers of a
+// scenario (or one server's public and admin ports) cannot be given the same port. A
+// CI run once failed on exactly that: the kernel offered a port again after its probe.
+func TestFreePortDistinct(t *testing.T) {
+	seen := make(map[int]bool)
+	for range 300 {
+		p, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}

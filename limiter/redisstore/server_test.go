@@ -47,11 +47,17 @@ type server struct {
 	cmd *exec.Cmd
 }
 
+// usedPorts holds the ports freePort returned, so no two servers get the same one.
+var usedPorts sync.Map
+
 // freePort returns a loopback port that is free, and whose cluster bus port (+10000)
 // is free too.
 func freePort(tb testing.TB) int {
 	for range 100 {
 		p := 20000 + rand.IntN(30000)
+		if _, dup := usedPorts.LoadOrStore(p, true); dup {
+			continue // handed to another server of this test binary already
+		}
 		ok := true
 		for _, q := range []int{p, p + 10000} {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q))
