@@ -66,9 +66,17 @@ func TestAccuracyScenario(t *testing.T) {
 					t.Errorf("%s sliding_window: per window %v, peak %d in a span (Q %d, bound %d)", ps.Store, a.PerWindow, a.PeakSpan, q, 2*q-1)
 				}
 			default:
+				// Exact in every window. Counted by response time a window may be off by
+				// the admissions that were sent before its edge and answered after it:
+				// the client cannot tell on which side Redis decided them, and the
+				// scenario holds only if they can be placed so that every window is
+				// exact (placeable). The total is exact regardless.
+				if a.TotalOver != 0 {
+					t.Errorf("%s %s: admitted %v in all, %d off %v", ps.Store, a.Policy, a.PerWindow, a.TotalOver, a.Expected)
+				}
 				for k, n := range a.PerWindow {
-					if n != a.Expected[k] {
-						t.Errorf("%s %s: window %d admitted %d, exactly %d allowed", ps.Store, a.Policy, k, n, a.Expected[k])
+					if d := n - a.Expected[k]; d != 0 && (!a.Holds || abs(d) > a.Straddling) {
+						t.Errorf("%s %s: window %d admitted %d, exactly %d allowed (%d straddled an edge)", ps.Store, a.Policy, k, n, a.Expected[k], a.Straddling)
 					}
 				}
 			}
@@ -166,4 +174,11 @@ time=2026-01-02T03:04:08.250Z level=WARN msg="quota store circuit closed" compon
 	if want := "open at +1.500s, closed at +3.250s"; got != want {
 		t.Errorf("breakerLog = %q, want %q", got, want)
 	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }

@@ -47,16 +47,25 @@ type server struct {
 	cmd *exec.Cmd
 }
 
-// usedPorts holds the ports freePort returned, so no two servers get the same one.
-var usedPorts sync.Map
+// usedPorts holds the ports freePort returned (and their bus ports), so no two
+// servers of this test binary get the same one.
+var usedPorts struct {
+	sync.Mutex
+	m map[int]bool
+}
 
 // freePort returns a loopback port that is free, and whose cluster bus port (+10000)
 // is free too.
 func freePort(tb testing.TB) int {
+	usedPorts.Lock()
+	defer usedPorts.Unlock()
+	if usedPorts.m == nil {
+		usedPorts.m = make(map[int]bool)
+	}
 	for range 100 {
 		p := 20000 + rand.IntN(30000)
-		if _, dup := usedPorts.LoadOrStore(p, true); dup {
-			continue // handed to another server of this test binary already
+		if usedPorts.m[p] || usedPorts.m[p+10000] {
+			continue
 		}
 		ok := true
 		for _, q := range []int{p, p + 10000} {
@@ -68,6 +77,7 @@ func freePort(tb testing.TB) int {
 			l.Close()
 		}
 		if ok {
+			usedPorts.m[p], usedPorts.m[p+10000] = true, true
 			return p
 		}
 	}
