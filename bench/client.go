@@ -174,9 +174,11 @@ func (c *h3Client) conn(ctx context.Context) (*quic.Conn, *http3.ClientConn, err
 				return nil, nil, context.Cause(ctx)
 			}
 			c.mu.Lock()
-			ok, err := c.qc != nil, c.dialErr
+			err := c.dialErr
 			c.mu.Unlock()
-			if ok {
+			if err == nil {
+				// The dial succeeded; its connection may already have been retired
+				// (closed, GOAWAY) by another worker, in which case the loop dials again.
 				continue
 			}
 			return nil, nil, err
