@@ -2,14 +2,17 @@
 # policy-cost.sh: what three local policies cost an h3edge, as the ratio of its
 # throughput with them to its throughput without them (issue: ≥ 0.9).
 #
-#   bench/policy-cost.sh [-p h3|h2|h1] [-s SECONDS] [-r ROUNDS] [H3EDGE]
+#   bench/policy-cost.sh [-p h3|h3q|h2|h1] [-s SECONDS] [-r ROUNDS] [H3EDGE]
 #
 # The two configurations run at the same time, each in its own h3edge pinned to CPU 0
-# and each loaded by its own client pinned to CPU 1 (gtlsclient for h3, h2load for h2 and
-# h1), so both meet the same machine: on a shared VM whose speed swings by 2× within
+# and each loaded by its own client pinned to CPU 1 (gtlsclient for h3, one connection;
+# h3bench, the quic-go client, with 16 connections × 16 streams for h3q; h2load for h2
+# and h1), so both meet the same machine: on a shared VM whose speed swings by 2× within
 # seconds, runs one after the other (A B A B) scatter by ±30 %, runs side by side by ±2 %.
 # Each server is CPU-bound and gets half of CPU 0, so the ratio of requests served is
 # the inverse ratio of CPU per request; both are printed per round, then the median.
+# Where they differ, the clients set the pace (h3q: two quic-go clients on one core
+# cannot keep two servers busy; its CPU ratio is the figure to read).
 #
 # H3EDGE defaults to a build of ./cmd/h3edge. Needs taskset, curl, and gtlsclient
 # (ngtcp2-client) or h2load (nghttp2-client). Traffic stays on 127.0.0.1; every run
@@ -26,7 +29,7 @@ while getopts "p:s:r:" o; do
 	esac
 done
 shift $((OPTIND - 1))
-case $proto in h3 | h2 | h1) ;; *) echo "policy-cost: -p h3, h2 or h1" >&2; exit 2 ;; esac
+case $proto in h3 | h3q | h2 | h1) ;; *) echo "policy-cost: -p h3, h3q, h2 or h1" >&2; exit 2 ;; esac
 
 dir=$(mktemp -d)
 pids=()
@@ -40,7 +43,10 @@ trap cleanup EXIT
 bin=${1:-}
 if [ -z "$bin" ]; then
 	bin=$dir/h3edge
-	go build -o "$bin" "$(dirname "$0")/../cmd/h3edge"
+	(cd "$(dirname "$0")/.." && go build -o "$bin" ./cmd/h3edge)
+fi
+if [ "$proto" = h3q ]; then
+	(cd "$(dirname "$0")/.." && go build -o "$dir/h3bench" ./cmd/h3bench)
 fi
 
 # Per-source budgets raised (one client is not their subject), admin on loopback for
@@ -68,6 +74,7 @@ cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 load() { # port count
 	case $proto in
 	h3) taskset -c 1 gtlsclient -q --exit-on-all-streams-close -n "$2" 127.0.0.1 "$1" "https://127.0.0.1:$1/" ;;
+	h3q) taskset -c 1 "$dir/h3bench" -proto h3 -insecure -c 16 -m 16 -n "$2" -warmup 0s -url "https://127.0.0.1:$1/" ;;
 	h2) taskset -c 1 h2load -c 16 -m 16 -n "$2" "https://127.0.0.1:$1/" ;;
 	h1) taskset -c 1 h2load --h1 -c 64 -n "$2" "https://127.0.0.1:$1/" ;;
 	esac >/dev/null 2>&1 || true
