@@ -8,12 +8,11 @@
 -- Refund fields: none.
 --
 -- p, which the algorithm does not use, holds a lower bound of the key's expiry (ms on
--- the Redis clock; 0: unknown), written by one. Updating a key's expiry costs Redis
--- about as much as the rest of a decision (the expiry is deleted and inserted again), so
--- one keeps it (KEEPTTL) while it outlasts the stored backlog's drain by the margin, and
--- otherwise sets it afresh: a hot key's expiry moves about once per window, not on
--- every request. Other writers set the expiry afresh and leave p as it was, still a
--- lower bound. limiter/step.go ignores p for this family.
+-- the Redis clock; 0: unknown). Updating a key's expiry costs Redis about as much as
+-- the rest of a decision (the expiry is deleted and inserted again), so setBucket keeps
+-- it (KEEPTTL) while it outlasts the stored backlog's drain by the margin, and otherwise
+-- sets it afresh: a hot key's expiry moves about once per window, not on every request.
+-- limiter/step.go ignores p for this family; leaky_bucket leaves it 0 (no msPerUnit).
 
 local function drain(pol, st, nhi, nlo)
   local e = diff(nhi, nlo, st.hi, st.lo)
@@ -26,11 +25,21 @@ local function drain(pol, st, nhi, nlo)
   st.hi, st.lo = nhi, nlo
 end
 
--- saveBucket stores the state for as long as the fullest backlog takes to drain: no
--- longer than a window after the last charge, and never shorter than the time until
--- this state is full again.
+-- setBucket stores a state (backlog n, expiry bound p) for as long as the fullest
+-- backlog takes to drain: no longer than a window after the last charge, and never
+-- shorter than the time until this state is full again — keeping the key's expiry while
+-- p says it is long enough (see p above).
+local function setBucket(key, pol, hi, lo, n, p)
+  if pol.msPerUnit and p >= NOWMS + n * pol.msPerUnit + MARGIN then
+    redis.call('SET', key, spack('>dddd', hi, lo, n, p), 'KEEPTTL')
+  else
+    if pol.ttln then p = NOWMS + pol.ttln end
+    redis.call('SET', key, spack('>dddd', hi, lo, n, p), 'PX', pol.ttls)
+  end
+end
+
 local function saveBucket(key, pol, st)
-  redis.call('SET', key, encode(st), 'PX', pol.ttls)
+  setBucket(key, pol, st.hi, st.lo, st.n, st.p)
 end
 
 local function refundBucket(key, pol, units)
@@ -64,8 +73,7 @@ DEF.b = function() return {
     -- capUnits + perTick units plus two ticks, rounded up, plus the margin (keys.go)
     pol.msPerUnit = (pol.ttln - MARGIN) / (pol.capUnits + 2 * pol.perTick)
   end,
-  -- load, drain, step, outPacked and saveBucket above, with the state in locals; the
-  -- expiry as p's comment says
+  -- load, drain, step, outPacked and saveBucket above, with the state in locals
   one = function(key, pol, cost, a1, a2, _, o, i)
     local v = redis.call('GET', key)
     local hi, lo, n, p = 0, 0, 0, 0
@@ -82,12 +90,7 @@ DEF.b = function() return {
     local ok = cost == 0 or cost <= pol.burst and cost * pol.perUnit - (pol.capUnits - n) < pol.perTick
     replyOne(o, i, ok, ok and cost or 0, v)
     if ok and cost > 0 then
-      n = n + cost * pol.perUnit
-      if p >= NOWMS + n * pol.msPerUnit + MARGIN then
-        redis.call('SET', key, spack('>dddd', hi, lo, n, p), 'KEEPTTL')
-      else
-        redis.call('SET', key, spack('>dddd', hi, lo, n, NOWMS + pol.ttln), 'PX', pol.ttls)
-      end
+      setBucket(key, pol, hi, lo, n + cost * pol.perUnit, p)
     end
   end,
 } end
