@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -33,6 +35,16 @@ const (
 	bareHeaderTimeout  = 10 * time.Second
 	bareMaxHeaderBytes = 64 << 10
 )
+
+// UseEdgeGC sets this process's garbage collector as h3edge sets its own
+// (cmd/h3edge/gc.go: GOGC=400 unless the environment sets GOGC). A process that serves
+// the bare baseline calls it, so that the baseline compares the servers, not two
+// collector settings.
+func UseEdgeGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+}
 
 // ServeBare runs the baseline server the scenarios compare h3edge with: quic-go's
 // http3.Server on its own quic.Transport (UDP) and net/http over TLS (HTTP/2 and

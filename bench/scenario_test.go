@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,9 +32,7 @@ var serveBareFlag = flag.String("h3bench.serve-bare", "", "run the bare server o
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if *serveBareFlag != "" {
-		if os.Getenv("GOGC") == "" {
-			debug.SetGCPercent(400) // as h3edge and h3bench serve-bare run
-		}
+		UseEdgeGC()
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if err := ServeBare(ctx, *serveBareFlag, os.Stderr); err != nil {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -140,11 +139,7 @@ func serveBare(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench serve-bare: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	// The collector setting h3edge runs with (cmd/h3edge/gc.go), so that the baseline
-	// compares the servers, not two GOGC values.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
+	bench.UseEdgeGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := bench.ServeBare(ctx, *listen, stderr); err != nil {

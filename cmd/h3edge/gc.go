@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// gcPercent is the GOGC h3edge runs with unless the environment sets one.
+// gcPercent is the GOGC h3edge runs with unless the environment sets one; the bare
+// baseline server uses the same (bench.UseEdgeGC).
 const gcPercent = 400
 
 // tuneGC sets the garbage collector for a proxy's heap, unless the operator has set it
