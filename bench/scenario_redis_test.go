@@ -70,9 +70,10 @@ func TestAccuracyScenario(t *testing.T) {
 				// the admissions that were sent before its edge and answered after it:
 				// the client cannot tell on which side Redis decided them, and the
 				// scenario holds only if they can be placed so that every window is
-				// exact (placeable). The total is exact regardless.
-				if a.TotalOver != 0 {
-					t.Errorf("%s %s: admitted %v in all, %d off %v", ps.Store, a.Policy, a.PerWindow, a.TotalOver, a.Expected)
+				// exact (placeable). The total is exact but for admissions answered
+				// after the last window (Late), which may have been decided in it.
+				if a.TotalOver > 0 || -a.TotalOver > a.Late {
+					t.Errorf("%s %s: admitted %v in all, %d off %v (%d answered after the last window)", ps.Store, a.Policy, a.PerWindow, a.TotalOver, a.Expected, a.Late)
 				}
 				for k, n := range a.PerWindow {
 					if d := n - a.Expected[k]; d != 0 && (!a.Holds || abs(d) > a.Straddling) {
