@@ -28,7 +28,14 @@ func parsePins(pins []string) ([][sha256.Size]byte, error) {
 	out := make([][sha256.Size]byte, 0, len(pins))
 	for _, p := range pins {
 		p = strings.TrimSpace(p)
-		p = strings.TrimPrefix(strings.TrimPrefix(p, "sha256//"), "sha256/")
+		// "sha256/" and curl's "sha256//" both prefix a pin, and a digest's base64 may
+		// itself begin with '/': only the length tells "sha256//" + d from "sha256/" + "/…".
+		if rest, ok := strings.CutPrefix(p, "sha256/"); ok {
+			p = rest
+			if len(p) == base64.StdEncoding.EncodedLen(sha256.Size)+1 {
+				p = strings.TrimPrefix(p, "/")
+			}
+		}
 		b, err := base64.StdEncoding.DecodeString(p)
 		if err != nil || len(b) != sha256.Size {
 			return nil, fmt.Errorf("bench: pin %q is not a base64 SHA-256 digest", p)

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -217,9 +219,19 @@ func TestKeyPicker(t *testing.T) {
 
 func TestPinParsing(t *testing.T) {
 	pin := testPin(t)
-	for _, p := range []string{pin, "sha256/" + pin, "sha256//" + pin, " " + pin + " "} {
-		if _, err := parsePins([]string{p}); err != nil {
-			t.Errorf("parsePins(%q): %v", p, err)
+	// A digest whose base64 begins with '/' (1 in 64 random keys): once "sha256//"
+	// was cut from "sha256/" + it, leaving 43 characters.
+	slash := "/" + pin[1:]
+	for _, want := range []string{pin, slash} {
+		for _, p := range []string{want, "sha256/" + want, "sha256//" + want, " " + want + " "} {
+			got, err := parsePins([]string{p})
+			if err != nil {
+				t.Errorf("parsePins(%q): %v", p, err)
+				continue
+			}
+			if w, _ := base64.StdEncoding.DecodeString(want); len(got) != 1 || !bytes.Equal(got[0][:], w) {
+				t.Errorf("parsePins(%q) = %x, want %x", p, got, w)
+			}
 		}
 	}
 	for _, p := range []string{"", "abc", pin[:20]} {
