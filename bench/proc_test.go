@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -37,21 +38,28 @@ func TestProcessCPUAndMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Burn about 100 ms of CPU on this thread.
-	deadline := time.Now().Add(100 * time.Millisecond)
+	// Burn 100 ms of CPU, as getrusage counts it (not of wall time: on a busy machine
+	// this thread may get half a core or less), for at most 10 s.
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	ru0, deadline := cpu(), time.Now().Add(10*time.Second)
 	x := 0
-	for time.Now().Before(deadline) {
-		for i := range 1000 {
+	for cpu()-ru0 < 100*time.Millisecond && time.Now().Before(deadline) {
+		for i := range 100000 {
 			x += i
 		}
 	}
+	burnt := cpu() - ru0
 	after, err := ProcessCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 10 ms ticks and a busy machine: ask for half of what was burnt.
-	if d := after - before; d < 50*time.Millisecond || d > 5*time.Second {
-		t.Errorf("CPU grew by %v while burning 100 ms (x=%d)", d, x)
+	// /proc counts in 10 ms ticks: allow a few of them either way.
+	if d := after - before; d < burnt-30*time.Millisecond || d > burnt+30*time.Millisecond {
+		t.Errorf("CPU grew by %v in /proc while getrusage counted %v (x=%d)", d, burnt, x)
 	}
 	rss, peak, err := ProcessMemory(os.Getpid())
 	if err != nil || rss <= 0 || peak < rss {

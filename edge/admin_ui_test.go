@@ -55,8 +55,10 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	const token = "dashboard-test-token"
 	e := startOps(t, withPolicies(
-		Policy{Name: "burst", Quota: 40, Window: time.Minute},
-		Policy{Name: "watch", Quota: 10, Window: time.Minute, Mode: "shadow"},
+		// An hour, so that no unit comes back while the 45 requests are made (a minute's
+		// token bucket refilled one every 1.5 s, and a slow run saw 41 admitted).
+		Policy{Name: "burst", Quota: 40, Window: time.Hour},
+		Policy{Name: "watch", Quota: 10, Window: time.Hour, Mode: "shadow"},
 	), token, nil)
 	fb := &fakeBans{}
 	now := time.Now()

@@ -101,7 +101,9 @@ func TestGlobalQuotaAcrossEdges(t *testing.T) {
 func TestStoreFailureModes(t *testing.T) {
 	rd := startRedis(t)
 	e := startEdge(t, func(c *Config) {
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 20 * time.Millisecond}
+		// Generous while Redis is up (a slow round trip on a busy machine would fall back
+		// and upset the exact counts); once it is killed, calls fail at once.
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
 		c.Policies = []Policy{
 			{Name: "open", Match: Match{PathPrefix: "/open"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "open"},
@@ -160,7 +162,9 @@ func TestSharedBans(t *testing.T) {
 func TestMetricsStoreFailureLive(t *testing.T) {
 	rd := startRedis(t)
 	e := startEdge(t, func(c *Config) {
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 20 * time.Millisecond}
+		// Generous while Redis is up (a slow round trip on a busy machine would fall back
+		// and upset the exact counts); once it is killed, calls fail at once.
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
 		c.Policies = []Policy{
 			{Name: "open", Match: Match{PathPrefix: "/open"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "open"},

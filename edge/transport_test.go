@@ -14,6 +14,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/limiter"
 )
 
 // sourceClient speaks proto from the loopback address src (127.0.0.2 …), so a test can
@@ -193,9 +195,15 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 	}
 
 	// earnBan sends requests over h3 from the attacker until its connection is closed
-	// by the ban, and returns when the ban started.
-	earnBan := func() time.Time {
+	// by the ban, and returns the ban, with bounds on its length: it began after the
+	// first request and before the ban was seen.
+	type earned struct {
+		ban          limiter.Ban
+		lower, upper time.Duration
+	}
+	earnBan := func() earned {
 		t.Helper()
+		before := time.Now()
 		c, err := newSourceClient(t, "h3", attacker.String()).dial(addr)
 		if err != nil {
 			t.Fatalf("attacker dial: %v", err)
@@ -210,11 +218,11 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 		if !e.box.Banned(attacker) {
 			t.Fatal("the attacker was not banned")
 		}
-		bans := e.box.List(time.Now())
-		return bans[0].Until
+		seen := time.Now()
+		b := e.box.List(seen)[0]
+		return earned{b, b.Until.Sub(seen), b.Until.Sub(before)}
 	}
-	firstUntil := earnBan()
-	firstLen := time.Until(firstUntil)
+	first := earnBan()
 
 	// Banned: handshakes go unanswered, TCP closes before TLS, the neighbour is served.
 	st0 := e.guard.Stats() // dropped in user space, or in the kernel once the filter is set
@@ -253,11 +261,12 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	// A second offence: twice as long.
-	secondUntil := earnBan()
-	secondLen := time.Until(secondUntil)
-	if ratio := float64(secondLen) / float64(firstLen); ratio < 1.6 || ratio > 2.4 {
-		t.Errorf("first ban %v, second %v: want twice as long", firstLen, secondLen)
+	// A second offence: twice as long. (Exact lengths are TestPenaltyBanLength's, on a
+	// fake clock; here the bounds of each must allow exactly double.)
+	second := earnBan()
+	if first.ban.Count != 1 || second.ban.Count != 2 || second.lower > 2*first.upper || second.upper < 2*first.lower {
+		t.Errorf("first ban #%d of %v–%v, second #%d of %v–%v: want the second twice as long",
+			first.ban.Count, first.lower, first.upper, second.ban.Count, second.lower, second.upper)
 	}
 }
 

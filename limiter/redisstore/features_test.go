@@ -41,8 +41,10 @@ func TestSkew(t *testing.T) {
 	behind := func() time.Time { return time.Now().Add(-2 * time.Second) }
 	const w = 4 * time.Second // ahead and behind are a whole window apart
 	run := func(sync time.Duration, name string) int {
-		a := newStore(t, Config{URL: urlOf(srv), ClockSync: sync, now: ahead})
-		b := newStore(t, Config{URL: urlOf(srv), ClockSync: sync, now: behind})
+		// A generous timeout: this test is about windows, and a slow round trip on a busy
+		// machine must not end it.
+		a := newStore(t, Config{URL: urlOf(srv), ClockSync: sync, now: ahead, Timeout: time.Second})
+		b := newStore(t, Config{URL: urlOf(srv), ClockSync: sync, now: behind, Timeout: time.Second})
 		if sync >= 0 {
 			if d := a.Offset() + 2*time.Second; d.Abs() > 50*time.Millisecond {
 				t.Fatalf("offset of the edge 2s ahead: %v", a.Offset())
@@ -52,7 +54,9 @@ func TestSkew(t *testing.T) {
 			}
 		}
 		pol := mustPolicy(t, limiter.Policy{Name: name, Algorithm: limiter.FixedWindow, Quota: 10, Window: w})
-		if left := w - time.Duration(time.Now().UnixNano()%int64(w)); left < 300*time.Millisecond {
+		// Away from every instant at which a clock in play crosses a window edge: the
+		// store's (now ≡ 0 mod w) and, uncorrected, the edges' (now ± 2s, ≡ w/2).
+		if left := w/2 - time.Duration(time.Now().UnixNano()%int64(w/2)); left < 300*time.Millisecond {
 			time.Sleep(left + 50*time.Millisecond)
 		}
 		// The edge behind goes first: uncorrected, it fills the earlier window and the
