@@ -425,7 +425,7 @@ var validationCases = []validationCase{
 		"ip.ipv4_prefix: must be from 8 to 32 (got 7)",
 		"ip.ipv6_prefix: must be from 16 to 128 (got 129)"}},
 	{"keys file and hash", "redis: {url: redis://a:6379}\nkeys: {file: k.yaml, redis_hash: h}", []string{"keys.redis_hash: set either keys.file or keys.redis_hash, not both"}},
-	{"keys redis_hash not built", "keys: {redis_hash: h}", []string{"keys.redis_hash: not supported yet in this build; use keys.file"}},
+	{"keys redis_hash without redis", "keys: {redis_hash: h}", []string{"keys.redis_hash: needs redis: configure redis.url, redis.cluster or redis.sentinel, or use keys.file"}},
 	{"policy name required", "policies: [{quota: 1, window: 1s}]", []string{"policies[0].name: required: the policy's name in the RateLimit fields"}},
 	{"policy name sf-string", `policies: [{name: "a\"b", quota: 1, window: 1s}, {name: "é", quota: 1, window: 1s}]`, []string{
 		`policies[0].name: must be printable ASCII without '"' or '\' (got "a\"b")`,

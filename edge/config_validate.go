@@ -306,8 +306,8 @@ func (c *Config) problems() []FieldError {
 	if c.Keys != nil {
 		if c.Keys.File != "" && c.Keys.RedisHash != "" {
 			k.add("keys.redis_hash", "set either keys.file or keys.redis_hash, not both")
-		} else if c.Keys.RedisHash != "" {
-			k.add("keys.redis_hash", "not supported yet in this build; use keys.file")
+		} else if c.Keys.RedisHash != "" && c.Redis == nil {
+			k.add("keys.redis_hash", "needs redis: configure redis.url, redis.cluster or redis.sentinel, or use keys.file")
 		}
 	}
 	names := map[string]int{}

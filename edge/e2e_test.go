@@ -33,6 +33,13 @@ type testEdge struct {
 // startEdge starts an edge with the default configuration changed by mutate.
 func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	t.Helper()
+	return startEdgeWith(t, mutate, Options{})
+}
+
+// startEdgeWith is startEdge with options; the certificate cache is the test's, and
+// the logger too unless opts has one.
+func startEdgeWith(t testing.TB, mutate func(*Config), opts Options) *testEdge {
+	t.Helper()
 	cfg := Default()
 	cfg.Listen = "127.0.0.1:0"
 	// Tests send many requests from 127.0.0.1: the per-source budgets get out of the
@@ -50,7 +57,11 @@ func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	s, err := New(cfg, Options{Logger: log, CertCacheDir: certCache(t)})
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	opts.CertCacheDir = certCache(t)
+	s, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

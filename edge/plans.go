@@ -2,22 +2,56 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/h3edge/h3edge/limiter"
 )
 
 // plans maps hashed API keys to plan names. Only hashes are kept: the raw keys of the
-// file are dropped once hashed.
+// file or the Redis hash are dropped once hashed.
 type plans struct {
 	byKey   map[limiter.Key]string
 	file    string
 	modTime time.Time
 	size    int64
+	hash    string // the Redis hash they came from (keys.redis_hash)
+}
+
+// redisPlansEvery is how often keys.redis_hash is read again: each read walks the whole
+// hash, so not every 2 s like the files.
+const redisPlansEvery = 10 * time.Second
+
+// redisPlansTimeout bounds one read of keys.redis_hash.
+const redisPlansTimeout = 5 * time.Second
+
+// plansFromRedis reads keys.redis_hash, a Redis hash {api-key: plan}, walking it with
+// HSCAN a page at a time so that a large hash never holds Redis up for long. As with
+// keys.file, a key that could never be a client key refuses the whole read.
+func plansFromRedis(ctx context.Context, c redis.UniversalClient, hash string, h hasher) (*plans, error) {
+	p := &plans{byKey: map[limiter.Key]string{}, hash: hash}
+	var cursor uint64
+	for {
+		kv, next, err := c.HScan(ctx, hash, cursor, "", 1000).Result()
+		if err != nil {
+			return nil, fmt.Errorf("keys.redis_hash %s: %w", hash, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == "" || !validKey(kv[i]) {
+				return nil, fmt.Errorf("keys.redis_hash %s: a key is empty, longer than 256 bytes or has control characters", hash)
+			}
+			p.byKey[h.key('k', kv[i])] = kv[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			return p, nil
+		}
+	}
 }
 
 // loadPlans reads a keys file: a YAML mapping {api-key: plan}.
@@ -51,36 +85,72 @@ func (p *plans) changed() bool {
 	return err == nil && (!fi.ModTime().Equal(p.modTime) || fi.Size() != p.size)
 }
 
-// ReloadPlans re-reads keys.file; on error the old plans stay.
+// ReloadPlans re-reads keys.file or keys.redis_hash; on error the old plans stay.
 func (s *Server) ReloadPlans() error {
-	file := s.config().Keys.File
-	if file == "" {
+	s.reloadMu.Lock() // a configuration reload may be switching the source
+	defer s.reloadMu.Unlock()
+	keys := s.config().Keys
+	switch {
+	case keys.File != "":
+		p, err := loadPlans(keys.File, s.hasher)
+		if err != nil {
+			s.log.Error("keys file reload failed; keeping the old plans", "error", err)
+			return err
+		}
+		s.plans.Store(p)
+		s.log.Info("reloaded plans", "file", keys.File, "keys", len(p.byKey))
+	case keys.RedisHash != "":
+		p, err := s.redisPlans(keys.RedisHash)
+		if err != nil {
+			return err
+		}
+		s.plans.Store(p)
+	default:
 		s.plans.Store(&plans{})
-		return nil
 	}
-	p, err := loadPlans(file, s.hasher)
-	if err != nil {
-		s.log.Error("keys file reload failed; keeping the old plans", "error", err)
-		return err
-	}
-	s.plans.Store(p)
-	s.log.Info("reloaded plans", "file", file, "keys", len(p.byKey))
 	return nil
 }
 
+// redisPlans reads keys.redis_hash, logging what changed; on error it logs and returns
+// the error, and the caller keeps the plans it has.
+func (s *Server) redisPlans(hash string) (*plans, error) {
+	if s.redisClient == nil {
+		return nil, fmt.Errorf("edge: keys.redis_hash needs redis")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), redisPlansTimeout)
+	defer cancel()
+	p, err := plansFromRedis(ctx, s.redisClient, hash, s.hasher)
+	if err != nil {
+		s.log.Error("reading the plans from Redis failed; keeping the old plans", "error", err)
+		return nil, err
+	}
+	if old := s.plans.Load(); old == nil || old.hash != hash || !maps.Equal(old.byKey, p.byKey) {
+		s.log.Info("plans loaded from redis", "hash", hash, "keys", len(p.byKey))
+	}
+	return p, nil
+}
+
 // watchFiles reloads keys.file and the certificate files when they change on disk,
-// until done is closed. It polls (every 2 s) rather than using inotify: no dependency,
-// and it works on every filesystem, symlink swaps included.
+// and keys.redis_hash every redisPlansEvery (every tick while the plans in force are
+// not from it), until done is closed. It polls (every 2 s) rather than using inotify: no dependency, and it
+// works on every filesystem, symlink swaps included.
 func (s *Server) watchFiles(done <-chan struct{}) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	certsSeen := fileStamps(s.config().TLS.Certificates)
+	nextRedis := time.Now().Add(s.redisPlansEvery)
 	for {
 		select {
 		case <-done:
 			return
-		case <-tick.C:
+		case now := <-tick.C:
 			if p := s.plans.Load(); p.file != "" && p.changed() {
+				s.ReloadPlans()
+			}
+			// Read the hash when due, and at every tick while the plans in force are not
+			// from it (the read at start or at a reload failed).
+			if hash := s.config().Keys.RedisHash; hash != "" && (!now.Before(nextRedis) || s.plans.Load().hash != hash) {
+				nextRedis = now.Add(s.redisPlansEvery)
 				s.ReloadPlans()
 			}
 			if now := fileStamps(s.config().TLS.Certificates); now != certsSeen {

@@ -39,9 +39,18 @@ func (s *Server) reloadConfig() error {
 		return err
 	}
 	p := &plans{}
-	if cfg.Keys.File != "" {
+	switch {
+	case cfg.Keys.File != "":
 		if p, err = loadPlans(cfg.Keys.File, s.hasher); err != nil {
 			return fmt.Errorf("edge: %w", err)
+		}
+	case cfg.Keys.RedisHash != "":
+		// Redis trouble does not refuse a reload: the plans of the same hash stay, and
+		// the watcher reads the hash again at its next tick.
+		if np, err := s.redisPlans(cfg.Keys.RedisHash); err == nil {
+			p = np
+		} else if cur := s.plans.Load(); cur.hash == cfg.Keys.RedisHash {
+			p = cur
 		}
 	}
 	origin := *s.origin.Load()

@@ -4,6 +4,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/limiter"
@@ -65,6 +67,10 @@ type Server struct {
 	bans   *redisstore.BanBus // nil unless bans are shared
 	hasher hasher
 	plans  atomic.Pointer[plans]
+	// redisClient is redis's client, set once in New (nil without redis:), for
+	// keys.redis_hash, read again every redisPlansEvery.
+	redisClient     redis.UniversalClient
+	redisPlansEvery time.Duration
 
 	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
 	// connections (net.Conn → *tcpSlot), so a ban can close them and a close gives the
@@ -117,6 +123,8 @@ type Options struct {
 	// line's overrides, defaults applied, validated). If nil, the file the current
 	// configuration came from is loaded as is.
 	Load func() (*Config, error)
+
+	redisPlansEvery time.Duration // tests: keys.redis_hash's period (redisPlansEvery)
 }
 
 // New builds a server from a validated configuration. It loads the certificates but opens
@@ -150,6 +158,14 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s.rejectLog = newSampler(10)
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
+	}
+	s.redisPlansEvery = cmp.Or(opts.redisPlansEvery, redisPlansEvery)
+	if hash := cfg.Keys.RedisHash; hash != "" {
+		// Redis down at start does not stop the edge: keys get default_plan until the
+		// watcher reads the hash (it retries every 2 s).
+		if p, err := s.redisPlans(hash); err == nil {
+			s.plans.Store(p)
+		}
 	}
 	origin, err := buildOrigin(cfg)
 	if err != nil {
