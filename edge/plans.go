@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"time"
@@ -31,11 +32,15 @@ const redisPlansEvery = 10 * time.Second
 // redisPlansTimeout bounds one read of keys.redis_hash.
 const redisPlansTimeout = 5 * time.Second
 
+// maxRedisPlans bounds keys.redis_hash: it is held whole in memory, twice while read.
+const maxRedisPlans = 5_000_000
+
 // plansFromRedis reads keys.redis_hash, a Redis hash {api-key: plan}, walking it with
 // HSCAN a page at a time so that a large hash never holds Redis up for long. As with
 // keys.file, a key that could never be a client key refuses the whole read.
 func plansFromRedis(ctx context.Context, c redis.UniversalClient, hash string, h hasher) (*plans, error) {
 	p := &plans{byKey: map[limiter.Key]string{}, hash: hash}
+	names := map[string]string{} // one string per plan name, not one per key
 	var cursor uint64
 	for {
 		kv, next, err := c.HScan(ctx, hash, cursor, "", 1000).Result()
@@ -46,7 +51,15 @@ func plansFromRedis(ctx context.Context, c redis.UniversalClient, hash string, h
 			if kv[i] == "" || !validKey(kv[i]) {
 				return nil, fmt.Errorf("keys.redis_hash %s: a key is empty, longer than 256 bytes or has control characters", hash)
 			}
-			p.byKey[h.key('k', kv[i])] = kv[i+1]
+			name, ok := names[kv[i+1]]
+			if !ok {
+				name = kv[i+1]
+				names[name] = name
+			}
+			p.byKey[h.key('k', kv[i])] = name
+		}
+		if len(p.byKey) > maxRedisPlans {
+			return nil, fmt.Errorf("keys.redis_hash %s: more than %d keys", hash, maxRedisPlans)
 		}
 		if cursor = next; cursor == 0 {
 			return p, nil
@@ -87,6 +100,20 @@ func (p *plans) changed() bool {
 
 // ReloadPlans re-reads keys.file or keys.redis_hash; on error the old plans stay.
 func (s *Server) ReloadPlans() error {
+	if hash := s.config().Keys.RedisHash; hash != "" {
+		// Read outside reloadMu, so that a slow Redis holds up no configuration reload;
+		// stored only if the configuration still names this hash.
+		p, err := s.redisPlans(hash)
+		if err != nil {
+			return err
+		}
+		s.reloadMu.Lock()
+		defer s.reloadMu.Unlock()
+		if s.config().Keys.RedisHash == hash {
+			s.plans.Store(p)
+		}
+		return nil
+	}
 	s.reloadMu.Lock() // a configuration reload may be switching the source
 	defer s.reloadMu.Unlock()
 	keys := s.config().Keys
@@ -100,11 +127,7 @@ func (s *Server) ReloadPlans() error {
 		s.plans.Store(p)
 		s.log.Info("reloaded plans", "file", keys.File, "keys", len(p.byKey))
 	case keys.RedisHash != "":
-		p, err := s.redisPlans(keys.RedisHash)
-		if err != nil {
-			return err
-		}
-		s.plans.Store(p)
+		// A reload switched to a hash meanwhile: it read it, or the watcher will.
 	default:
 		s.plans.Store(&plans{})
 	}
@@ -121,8 +144,16 @@ func (s *Server) redisPlans(hash string) (*plans, error) {
 	defer cancel()
 	p, err := plansFromRedis(ctx, s.redisClient, hash, s.hasher)
 	if err != nil {
-		s.log.Error("reading the plans from Redis failed; keeping the old plans", "error", err)
+		// Said once per outage; the retries that follow log at debug level.
+		lvl := slog.LevelError
+		if s.plansFailing.Swap(true) {
+			lvl = slog.LevelDebug
+		}
+		s.log.Log(context.Background(), lvl, "reading the plans from Redis failed; keeping the old plans", "error", err)
 		return nil, err
+	}
+	if s.plansFailing.Swap(false) {
+		s.log.Info("plans read from Redis again", "hash", hash)
 	}
 	if old := s.plans.Load(); old == nil || old.hash != hash || !maps.Equal(old.byKey, p.byKey) {
 		s.log.Info("plans loaded from redis", "hash", hash, "keys", len(p.byKey))
@@ -132,13 +163,13 @@ func (s *Server) redisPlans(hash string) (*plans, error) {
 
 // watchFiles reloads keys.file and the certificate files when they change on disk,
 // and keys.redis_hash every redisPlansEvery (every tick while the plans in force are
-// not from it), until done is closed. It polls (every 2 s) rather than using inotify: no dependency, and it
-// works on every filesystem, symlink swaps included.
+// not from it), until done is closed. It polls (every 2 s) rather than using inotify:
+// no dependency, and it works on every filesystem, symlink swaps included.
 func (s *Server) watchFiles(done <-chan struct{}) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	certsSeen := fileStamps(s.config().TLS.Certificates)
-	nextRedis := time.Now().Add(s.redisPlansEvery)
+	nextRedis := time.Now().Add(s.redisPlansEvery - time.Second)
 	for {
 		select {
 		case <-done:
@@ -150,7 +181,7 @@ func (s *Server) watchFiles(done <-chan struct{}) {
 			// Read the hash when due, and at every tick while the plans in force are not
 			// from it (the read at start or at a reload failed).
 			if hash := s.config().Keys.RedisHash; hash != "" && (!now.Before(nextRedis) || s.plans.Load().hash != hash) {
-				nextRedis = now.Add(s.redisPlansEvery)
+				nextRedis = now.Add(s.redisPlansEvery - time.Second) // half a tick early: the tick that falls due
 				s.ReloadPlans()
 			}
 			if now := fileStamps(s.config().TLS.Certificates); now != certsSeen {

@@ -3,8 +3,11 @@ package edge
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -141,5 +144,68 @@ func TestPlansFromRedisHashInvalid(t *testing.T) {
 	rc.Del(ctx, "plans")
 	if err := e.ReloadPlans(); err != nil || len(e.plans.Load().byKey) != 0 {
 		t.Errorf("missing hash: %v, %d keys", err, len(e.plans.Load().byKey))
+	}
+}
+
+// TestPlansRedisHashPaged: a hash too large for one HSCAN reply is read whole.
+func TestPlansRedisHashPaged(t *testing.T) {
+	rd := startRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rd.url, "redis://"), "/0")})
+	defer rc.Close()
+	ctx := context.Background()
+	const n = 2500 // past the listpack encoding (128 fields): HSCAN pages it
+	for i := range n {
+		rc.HSet(ctx, "plans", fmt.Sprint("key-", i), []string{"gold", "silver"}[i%2])
+	}
+	e := startEdge(t, func(c *Config) {
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Keys = &KeysConfig{RedisHash: "plans"}
+	})
+	p := e.plans.Load()
+	if len(p.byKey) != n {
+		t.Fatalf("%d keys read, want %d", len(p.byKey), n)
+	}
+	if got := p.byKey[e.hasher.key('k', "key-2499")]; got != "silver" {
+		t.Errorf("key-2499 has plan %q, want silver", got)
+	}
+}
+
+// TestReloadToRedisHashWhileRedisDown: a reload from keys.file to keys.redis_hash while
+// Redis is down keeps the file's plans; once Redis answers, the watcher reads the hash
+// at its next tick, long before its 10 s period.
+func TestReloadToRedisHashWhileRedisDown(t *testing.T) {
+	rd := startRedis(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.yaml")
+	os.WriteFile(keys, []byte("gold-key: gold\n"), 0o644)
+	base := fmt.Sprintf(`listen: "127.0.0.1:0"
+ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000}}
+redis: {url: %q, timeout: 500ms}
+policies:
+  - {name: gold, match: {plan: gold}, key: [bearer], quota: 100, window: 1m, scope: local}
+`, rd.url)
+	e, file := startEdgeFile(t, base+fmt.Sprintf("keys: {file: %q}\n", keys))
+	key := func(k string) string { return e.plans.Load().byKey[e.hasher.key('k', k)] }
+	if key("gold-key") != "gold" {
+		t.Fatal("the keys file was not read")
+	}
+	rd.kill()
+	os.WriteFile(file, []byte(base+"keys: {redis_hash: plans}\n"), 0o644)
+	if err := e.reloadConfig(); err != nil {
+		t.Fatal(err)
+	}
+	if key("gold-key") != "gold" {
+		t.Error("a reload to an unreadable hash dropped the plans in force")
+	}
+	bin, _ := exec.LookPath("redis-server")
+	rd.start(t, bin)
+	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rd.url, "redis://"), "/0")})
+	defer rc.Close()
+	if err := rc.HSet(context.Background(), "plans", "hash-key", "gold").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 7*time.Second, func() bool { return key("hash-key") == "gold" })
+	if key("gold-key") != "" {
+		t.Error("the file's keys outlived the switch to the hash")
 	}
 }

@@ -45,12 +45,10 @@ func (s *Server) reloadConfig() error {
 			return fmt.Errorf("edge: %w", err)
 		}
 	case cfg.Keys.RedisHash != "":
-		// Redis trouble does not refuse a reload: the plans of the same hash stay, and
-		// the watcher reads the hash again at its next tick.
-		if np, err := s.redisPlans(cfg.Keys.RedisHash); err == nil {
-			p = np
-		} else if cur := s.plans.Load(); cur.hash == cfg.Keys.RedisHash {
-			p = cur
+		// Redis trouble does not refuse a reload: the plans in force stay, whatever
+		// their source, and the watcher reads the hash at every tick until it can.
+		if p, err = s.redisPlans(cfg.Keys.RedisHash); err != nil {
+			p = s.plans.Load()
 		}
 	}
 	origin := *s.origin.Load()

@@ -71,6 +71,7 @@ type Server struct {
 	// keys.redis_hash, read again every redisPlansEvery.
 	redisClient     redis.UniversalClient
 	redisPlansEvery time.Duration
+	plansFailing    atomic.Bool // the last read of keys.redis_hash failed
 
 	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
 	// connections (net.Conn → *tcpSlot), so a ban can close them and a close gives the
