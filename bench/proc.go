@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -220,35 +221,46 @@ var handedOut struct {
 }
 
 // freePort returns a port free on 127.0.0.1 for both TCP and UDP at the time of the
-// call and not returned before by this process (another process may still take it
-// before it is used).
+// call and not returned before by this process. It is drawn below Linux's ephemeral
+// range (32768–60999), so no outgoing connection can take it before the server binds
+// it, and so is a Redis Cluster node's bus port (+10000); another server started
+// meanwhile still could.
 func freePort() (int, error) {
-	for range 50 {
-		tl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := tl.Addr().(*net.TCPAddr).Port
-		ul, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-		tl.Close()
-		if err != nil {
-			continue
-		}
-		ul.Close()
+	for range 200 {
+		port := 10000 + rand.IntN(12768) // bus port 20000–32767
 		handedOut.Lock()
 		seen := handedOut.ports[port]
-		if !seen {
-			if handedOut.ports == nil {
-				handedOut.ports = make(map[int]bool)
-			}
-			handedOut.ports[port] = true
+		handedOut.Unlock()
+		if seen || !freeTCPUDP(port) {
+			continue
 		}
+		handedOut.Lock()
+		if handedOut.ports == nil {
+			handedOut.ports = make(map[int]bool)
+		}
+		seen = handedOut.ports[port]
+		handedOut.ports[port] = true
 		handedOut.Unlock()
 		if !seen {
 			return port, nil
 		}
 	}
 	return 0, errors.New("bench: no port free for both TCP and UDP")
+}
+
+// freeTCPUDP reports whether port can be bound on 127.0.0.1 for TCP and for UDP.
+func freeTCPUDP(port int) bool {
+	tl, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	defer tl.Close()
+	ul, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	if err != nil {
+		return false
+	}
+	ul.Close()
+	return true
 }
 
 // pinning tells whether the scenarios can pin processes to CPUs: taskset is installed

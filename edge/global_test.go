@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -37,16 +38,41 @@ func startRedis(t testing.TB) *redisServer {
 		}
 		t.Skip("redis-server not installed")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := redisPort(t)
 	r := &redisServer{port: port, url: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
 	r.start(t, bin)
 	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
 	return r
+}
+
+// redisPorts holds the ports redisPort returned, so no two servers share one.
+var redisPorts struct {
+	sync.Mutex
+	m map[int]bool
+}
+
+// redisPort returns a free loopback port below Linux's ephemeral range (32768–60999),
+// so that no outgoing connection can take it before Redis binds it, or while a test
+// has its Redis stopped.
+func redisPort(t testing.TB) int {
+	redisPorts.Lock()
+	defer redisPorts.Unlock()
+	if redisPorts.m == nil {
+		redisPorts.m = make(map[int]bool)
+	}
+	for range 200 {
+		p := 10000 + rand.IntN(22768)
+		if redisPorts.m[p] {
+			continue
+		}
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			ln.Close()
+			redisPorts.m[p] = true
+			return p
+		}
+	}
+	t.Fatal("no free port for Redis")
+	return 0
 }
 
 func (r *redisServer) start(t testing.TB, bin string) {

@@ -55,7 +55,9 @@ var usedPorts struct {
 }
 
 // freePort returns a loopback port that is free, and whose cluster bus port (+10000)
-// is free too.
+// is free too. Both lie below Linux's ephemeral range (32768–60999), where no outgoing
+// connection can take them between this check and the server's bind, or while a test
+// has its server stopped.
 func freePort(tb testing.TB) int {
 	usedPorts.Lock()
 	defer usedPorts.Unlock()
@@ -63,7 +65,7 @@ func freePort(tb testing.TB) int {
 		usedPorts.m = make(map[int]bool)
 	}
 	for range 100 {
-		p := 20000 + rand.IntN(30000)
+		p := 10000 + rand.IntN(12768) // bus port 20000–32767
 		if usedPorts.m[p] || usedPorts.m[p+10000] {
 			continue
 		}
