@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -169,7 +170,8 @@ func (s *Server) watchFiles(done <-chan struct{}) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	certsSeen := fileStamps(s.config().TLS.Certificates)
-	nextRedis := time.Now().Add(s.redisPlansEvery - time.Second)
+	every := cmp.Or(s.opts.redisPlansEvery, redisPlansEvery)
+	nextRedis := time.Now().Add(every - time.Second)
 	for {
 		select {
 		case <-done:
@@ -181,7 +183,7 @@ func (s *Server) watchFiles(done <-chan struct{}) {
 			// Read the hash when due, and at every tick while the plans in force are not
 			// from it (the read at start or at a reload failed).
 			if hash := s.config().Keys.RedisHash; hash != "" && (!now.Before(nextRedis) || s.plans.Load().hash != hash) {
-				nextRedis = now.Add(s.redisPlansEvery - time.Second) // half a tick early: the tick that falls due
+				nextRedis = now.Add(every - time.Second) // half a tick early: the tick that falls due
 				s.ReloadPlans()
 			}
 			if now := fileStamps(s.config().TLS.Certificates); now != certsSeen {

@@ -4,7 +4,6 @@
 package edge
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -68,10 +67,9 @@ type Server struct {
 	hasher hasher
 	plans  atomic.Pointer[plans]
 	// redisClient is redis's client, set once in New (nil without redis:), for
-	// keys.redis_hash, read again every redisPlansEvery.
-	redisClient     redis.UniversalClient
-	redisPlansEvery time.Duration
-	plansFailing    atomic.Bool // the last read of keys.redis_hash failed
+	// keys.redis_hash; plansFailing tells that the last read of the hash failed.
+	redisClient  redis.UniversalClient
+	plansFailing atomic.Bool
 
 	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
 	// connections (net.Conn → *tcpSlot), so a ban can close them and a close gives the
@@ -160,7 +158,6 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
 	}
-	s.redisPlansEvery = cmp.Or(opts.redisPlansEvery, redisPlansEvery)
 	if hash := cfg.Keys.RedisHash; hash != "" {
 		// Redis down at start does not stop the edge: keys get default_plan until the
 		// watcher reads the hash (it retries every 2 s).
