@@ -34,16 +34,16 @@ DEF.f = function() return {
     local hi, lo, n, p = 0, 0, 0, 0
     if v then hi, lo, n, p = sunpack('>dddd', v) end
     -- A key holding this window's state expires at the window's end plus the margin:
-    -- the write that began the window set that, so later ones keep it.
-    local same = hi == a1 and lo == a2
-    if (a1 - hi) * R32 + (a2 - lo) > 0 then
+    -- the write that begins the window (fresh) sets that, so later ones keep it.
+    local fresh = (a1 - hi) * R32 + (a2 - lo) > 0
+    if fresh then
       hi, lo, n, p = a1, a2, 0, 0
     end
     local ok = cost == 0 or cost <= pol.quota and n + cost <= pol.quota
     replyOne(o, i, ok, ok and cost or 0, v)
     if ok and cost > 0 then
       local s = spack('>dddd', hi, lo, n + cost, p)
-      if hi == a1 and lo == a2 and not same then
+      if fresh then
         redis.call('SET', key, s, 'PX', a3 + MARGIN)
       else
         redis.call('SET', key, s, 'KEEPTTL')
