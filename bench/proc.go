@@ -212,36 +212,28 @@ func (t *tail) String() string {
 	return string(t.b)
 }
 
-// handedOut holds the ports freePort returned: the kernel may offer a port again once
-// its probe closed it, and two servers of one scenario (or a server's public and admin
-// ports) must not be given the same one.
+// handedOut holds the ports FreePort returned: two servers of one scenario (or a
+// server's public and admin ports) must not be given the same one.
 var handedOut struct {
 	sync.Mutex
 	ports map[int]bool
 }
 
-// freePort returns a port free on 127.0.0.1 for both TCP and UDP at the time of the
-// call and not returned before by this process. It is drawn below Linux's ephemeral
-// range (32768–60999), so no outgoing connection can take it before the server binds
-// it, and so is a Redis Cluster node's bus port (+10000); another server started
-// meanwhile still could.
-func freePort() (int, error) {
+// FreePort returns a port free on 127.0.0.1 for both TCP and UDP at the time of the
+// call and not returned before by this process, for a server a scenario or a test
+// starts. It is drawn below Linux's ephemeral range (32768–60999), so no outgoing
+// connection can take it before the server binds it, or while the server is stopped;
+// another server started meanwhile still could.
+func FreePort() (int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = make(map[int]bool)
+	}
 	for range 200 {
-		port := 10000 + rand.IntN(12768) // bus port 20000–32767
-		handedOut.Lock()
-		seen := handedOut.ports[port]
-		handedOut.Unlock()
-		if seen || !freeTCPUDP(port) {
-			continue
-		}
-		handedOut.Lock()
-		if handedOut.ports == nil {
-			handedOut.ports = make(map[int]bool)
-		}
-		seen = handedOut.ports[port]
-		handedOut.ports[port] = true
-		handedOut.Unlock()
-		if !seen {
+		port := 10000 + rand.IntN(22768)
+		if !handedOut.ports[port] && freeTCPUDP(port) {
+			handedOut.ports[port] = true
 			return port, nil
 		}
 	}

@@ -71,7 +71,7 @@ func TestProcessCPUAndMemory(t *testing.T) {
 }
 
 func TestFreePort(t *testing.T) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +119,13 @@ func TestStartProcessFailures(t *testing.T) {
 	}
 }
 
-// TestFreePortDistinct: the ports freePort hands out never repeat, so two servers of a
+// TestFreePortDistinct: the ports FreePort hands out never repeat, so two servers of a
 // scenario (or one server's public and admin ports) cannot be given the same port. A
 // CI run once failed on exactly that: the kernel offered a port again after its probe.
 func TestFreePortDistinct(t *testing.T) {
 	seen := make(map[int]bool)
 	for range 300 {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -254,11 +254,11 @@ func (e *env) startH3edge(ctx context.Context, name, config string) (*server, er
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	adminPort, err := freePort()
+	adminPort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +278,7 @@ func (e *env) startH3edge(ctx context.Context, name, config string) (*server, er
 
 // startBare starts the bare server on a free loopback port.
 func (e *env) startBare(ctx context.Context, name string) (*server, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +315,7 @@ func (e *env) startRedis(ctx context.Context, name string) (*process, netip.Addr
 	if err != nil {
 		return nil, netip.AddrPort{}, fmt.Errorf("bench: %s: %w", name, err)
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}

@@ -578,7 +578,7 @@ func (e *env) startRedisNode(ctx context.Context, name string, port int, extra .
 		return nil, fmt.Errorf("bench: %s: %w", name, err)
 	}
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -616,7 +616,7 @@ func (e *env) startRedisCluster(ctx context.Context, prefix string) ([]*redisNod
 	var addrs []string
 	for i := range 3 {
 		name := fmt.Sprintf("%s-%d", prefix, i+1)
-		bus, err := freePort()
+		bus, err := FreePort()
 		if err != nil {
 			return nil, err
 		}

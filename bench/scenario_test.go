@@ -321,7 +321,7 @@ func TestScenarioWaitingAndUnknown(t *testing.T) {
 }
 
 func TestServeBare(t *testing.T) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

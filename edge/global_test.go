@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/h3edge/h3edge/bench"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -38,41 +40,14 @@ func startRedis(t testing.TB) *redisServer {
 		}
 		t.Skip("redis-server not installed")
 	}
-	port := redisPort(t)
+	port, err := bench.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &redisServer{port: port, url: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
 	r.start(t, bin)
 	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
 	return r
-}
-
-// redisPorts holds the ports redisPort returned, so no two servers share one.
-var redisPorts struct {
-	sync.Mutex
-	m map[int]bool
-}
-
-// redisPort returns a free loopback port below Linux's ephemeral range (32768–60999),
-// so that no outgoing connection can take it before Redis binds it, or while a test
-// has its Redis stopped.
-func redisPort(t testing.TB) int {
-	redisPorts.Lock()
-	defer redisPorts.Unlock()
-	if redisPorts.m == nil {
-		redisPorts.m = make(map[int]bool)
-	}
-	for range 200 {
-		p := 10000 + rand.IntN(22768)
-		if redisPorts.m[p] {
-			continue
-		}
-		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
-			ln.Close()
-			redisPorts.m[p] = true
-			return p
-		}
-	}
-	t.Fatal("no free port for Redis")
-	return 0
 }
 
 func (r *redisServer) start(t testing.TB, bin string) {
@@ -88,6 +63,13 @@ func (r *redisServer) start(t testing.TB, bin string) {
 		}
 		return err == nil
 	})
+}
+
+// client returns a client of this Redis, closed when the test ends.
+func (r *redisServer) client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // kill stops Redis at once (SIGKILL).

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's logger and the test at once.
@@ -40,8 +38,7 @@ func (w *syncBuffer) String() string {
 // hash. The raw keys never reach the log.
 func TestPlansFromRedisHash(t *testing.T) {
 	rd := startRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rd.url, "redis://"), "/0")})
-	defer rc.Close()
+	rc := rd.client(t)
 	ctx := context.Background()
 	const hash = "h3edge:plans"
 	if err := rc.HSet(ctx, hash, "gold-key", "gold", "silver-key", "silver").Err(); err != nil {
@@ -113,8 +110,7 @@ func TestPlansFromRedisHash(t *testing.T) {
 
 func TestPlansFromRedisHashInvalid(t *testing.T) {
 	rd := startRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rd.url, "redis://"), "/0")})
-	defer rc.Close()
+	rc := rd.client(t)
 	ctx := context.Background()
 	rc.HSet(ctx, "plans", "good", "gold")
 	e := startEdge(t, func(c *Config) {
@@ -150,8 +146,7 @@ func TestPlansFromRedisHashInvalid(t *testing.T) {
 // TestPlansRedisHashPaged: a hash too large for one HSCAN reply is read whole.
 func TestPlansRedisHashPaged(t *testing.T) {
 	rd := startRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rd.url, "redis://"), "/0")})
-	defer rc.Close()
+	rc := rd.client(t)
 	ctx := context.Background()
 	const n = 2500 // past the listpack encoding (128 fields): HSCAN pages it
 	for i := range n {
@@ -199,8 +194,7 @@ policies:
 	}
 	bin, _ := exec.LookPath("redis-server")
 	rd.start(t, bin)
-	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(rd.url, "redis://"), "/0")})
-	defer rc.Close()
+	rc := rd.client(t)
 	if err := rc.HSet(context.Background(), "plans", "hash-key", "gold").Err(); err != nil {
 		t.Fatal(err)
 	}
