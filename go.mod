@@ -1,6 +1,6 @@
 module github.com/h3edge/h3edge
 
-go 1.26.0
+go 1.27.3
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0

@@ -18,6 +18,7 @@
 # (ngtcp2-client) or h2load (nghttp2-client). Traffic stays on 127.0.0.1; every run
 # stops by itself.
 set -euo pipefail
+export GOTOOLCHAIN=go1.27.3 # go.mod's Go (README)
 
 proto=h3 secs=5 rounds=3
 while getopts "p:s:r:" o; do

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 
@@ -34,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "version":
-		fmt.Fprintln(stdout, "h3edge", version())
+		fmt.Fprintln(stdout, "h3edge", version(), runtime.Version())
 		return 0
 	case "validate":
 		return validate(args, stdout, stderr)
@@ -159,7 +160,7 @@ func serve(args []string, stderr io.Writer) int {
 	if origin == "" {
 		origin = "built-in demo origin"
 	}
-	attrs := []any{"listen", srv.Addr().String(), "protocols", "h3,h2,http/1.1", "origin", origin}
+	attrs := []any{"version", version(), "go", runtime.Version(), "listen", srv.Addr().String(), "protocols", "h3,h2,http/1.1", "origin", origin}
 	if srv.Certs().Development() {
 		attrs = append(attrs, "certificate", "self-signed development", "spki_pin", srv.Certs().Pin())
 	} else {

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -213,6 +214,27 @@ func TestBinaryServesEachProtocol(t *testing.T) {
 	}
 	if code := p.stop(t, syscall.SIGTERM, 15*time.Second); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestVersionNamesGo: the binary says which Go built it, in `h3edge version` and in the
+// start-up line, and that Go has the net/http HTTP/2 fixes (README: 1.26.9, 1.27.2).
+func TestVersionNamesGo(t *testing.T) {
+	out, err := exec.Command(binary, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 3 || f[0] != "h3edge" || f[2] != runtime.Version() {
+		t.Fatalf("h3edge version printed %q, want \"h3edge VERSION %s\"", out, runtime.Version())
+	}
+	var minor, patch int
+	if _, err := fmt.Sscanf(f[2], "go1.%d.%d", &minor, &patch); err != nil || minor < 26 || minor == 26 && patch < 9 || minor == 27 && patch < 2 {
+		t.Errorf("built with %s, which lacks the HTTP/2 advisories' fixes", f[2])
+	}
+	p := startProc(t, nil)
+	if logs := p.log(); !strings.Contains(logs, "go="+runtime.Version()) {
+		t.Errorf("start-up line does not name the Go version %s:\n%s", runtime.Version(), logs)
 	}
 }
 
