@@ -76,7 +76,8 @@ func appendProblemHead(dst []byte, typ, title string, status int, detail string)
 
 // appendJSONString appends s as a JSON string exactly as encoding/json.Marshal writes it
 // (HTML-safe): <, > and & are escaped so a document shown by a browser cannot become
-// markup, invalid UTF-8 becomes U+FFFD, and U+2028/U+2029 are escaped.
+// markup, invalid UTF-8 becomes U+FFFD (written as the character since Go 1.27, whose
+// encoding/json does so), and U+2028/U+2029 are escaped.
 func appendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -112,7 +113,7 @@ func appendJSONString(dst []byte, s string) []byte {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
+			dst = append(dst, "\uFFFD"...) // as Go 1.27's encoding/json: the character, not an escape
 		case r == '\u2028' || r == '\u2029':
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
