@@ -2,13 +2,11 @@ package edge
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -86,14 +84,6 @@ func startOps(t testing.TB, mutate func(*Config), token string, load func() (*Co
 	adminDone := make(chan error, 1)
 	go func() { e.done <- s.Serve() }()
 	go func() { adminDone <- adm.serve() }()
-	// A TLS handshake (no request: counters stay untouched) before anything else:
-	// Close racing Serve's start-up is a data race in Server, whose Serve sets its
-	// listeners unlocked; once TLS answers, Serve is past that.
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", e.url[len("https://"):], insecureTLS.Clone())
-	if err != nil {
-		t.Fatalf("the edge does not answer: %v", err)
-	}
-	conn.Close()
 	t.Cleanup(func() {
 		adm.close()
 		s.Close()

@@ -27,7 +27,7 @@ func (s *Server) initGlobal(cfg *Config) error {
 		Timeout:       rc.Timeout,
 		NegativeCache: true,
 		Lease:         func(p *limiter.Policy) int64 { return s.rules.Load().leases[p] },
-		Logger:        s.log,
+		Logger:        s.baseLog,
 		Breaker: redisstore.BreakerConfig{OnChange: func(from, to redisstore.BreakerState) {
 			s.log.Warn("quota store circuit "+to.String(), "from", from.String())
 		}},

@@ -67,7 +67,7 @@ func (s *Server) reloadConfig() error {
 	s.rules.Store(rs)
 	s.plans.Store(p)
 	s.origin.Store(&origin)
-	if s.tcpLn != nil {
+	if tcpLn, _, _ := s.listeners(); tcpLn != nil {
 		s.setAltSvc()
 	}
 	s.log.Info("configuration reloaded", "file", cfg.File, "policies", len(cfg.Policies))

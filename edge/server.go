@@ -48,7 +48,9 @@ const (
 // with Shutdown or Close. Its methods are safe for concurrent use.
 type Server struct {
 	opts Options
-	log  *slog.Logger
+	log  *slog.Logger // with component=edge
+	// baseLog is Options.Logger as given, for the packages that name their own component.
+	baseLog *slog.Logger
 
 	// What a configuration reload replaces, each swapped atomically.
 	cfg    atomic.Pointer[Config]
@@ -85,16 +87,8 @@ type Server struct {
 	// and the sampler that keeps rejection logs to a few lines per second.
 	registry  *prometheus.Registry
 	metrics   *metrics
-	admin     *adminServer
 	rejectLog *sampler
 	held      heldUnits // concurrency units held now, per policy
-
-	tcpLn   net.Listener
-	udpConn *net.UDPConn
-	quicTr  *quic.Transport
-	quicLn  *quic.EarlyListener
-	h3      *http3.Server
-	h12     *http.Server
 
 	// inflight counts requests being handled, on all protocols.
 	inflight atomic.Int64
@@ -103,10 +97,19 @@ type Server struct {
 
 	reloadMu sync.Mutex // one reload at a time
 
+	// mu guards the sockets and servers, which Listen and Serve set and Shutdown and
+	// Close take down, possibly from other goroutines, and the shutdown flag.
 	mu       sync.Mutex
+	tcpLn    net.Listener
+	udpConn  *net.UDPConn
+	admin    *adminServer // nil when admin is off
+	quicTr   *quic.Transport
+	quicLn   *quic.EarlyListener
+	h3       *http3.Server
+	h12      *http.Server
 	shutdown bool
-	done     chan struct{} // closed when the server stops, ending background work
 
+	done       chan struct{} // closed when the server stops, ending background work
 	kernelBans chan struct{} // wakes runKernelBans: the bans changed
 }
 
@@ -133,7 +136,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, log: log.With("component", "edge"), done: make(chan struct{}), kernelBans: make(chan struct{}, 1)}
+	s := &Server{opts: opts, log: log.With("component", "edge"), baseLog: log, done: make(chan struct{}), kernelBans: make(chan struct{}, 1)}
 	s.cfg.Store(cfg)
 	cs, err := s.newCerts(cfg)
 	if err != nil {
@@ -187,7 +190,7 @@ func (s *Server) newCerts(cfg *Config) (*certs.Store, error) {
 	for i, p := range cfg.TLS.Certificates {
 		pairs[i] = certs.Pair{Cert: p.Cert, Key: p.Key}
 	}
-	return certs.New(certs.Config{Pairs: pairs, CacheDir: s.opts.CertCacheDir, Logger: s.log})
+	return certs.New(certs.Config{Pairs: pairs, CacheDir: s.opts.CertCacheDir, Logger: s.baseLog})
 }
 
 // tlsConfig is a TLS configuration whose certificates come from the store in force, so
@@ -247,7 +250,7 @@ func (s *Server) Listen() error {
 	for attempt := 0; ; attempt++ {
 		tcpLn, err := net.Listen("tcp", listen)
 		if err != nil {
-			return fmt.Errorf("edge: listen tcp %s: %w", listen, err)
+			return fmt.Errorf("edge: %w", err) // "listen tcp ADDR: …"
 		}
 		p := tcpLn.Addr().(*net.TCPAddr).Port
 		udpAddr, err := net.ResolveUDPAddr("udp", net.JoinHostPort(host, strconv.Itoa(p)))
@@ -261,7 +264,7 @@ func (s *Server) Listen() error {
 			if port == "0" && attempt < 10 {
 				continue
 			}
-			return fmt.Errorf("edge: listen udp %s: %w", udpAddr, err)
+			return fmt.Errorf("edge: %w", err) // "listen udp ADDR: …"
 		}
 		adm, err := startAdmin(s.config().Admin, s.adminHandler(s.registry, s.metrics), s.log)
 		if err != nil {
@@ -269,10 +272,29 @@ func (s *Server) Listen() error {
 			udpConn.Close()
 			return err
 		}
+		s.mu.Lock()
+		if s.shutdown || s.tcpLn != nil {
+			s.mu.Unlock()
+			tcpLn.Close()
+			udpConn.Close()
+			adm.close()
+			if s.shutdown {
+				return http.ErrServerClosed
+			}
+			return errors.New("edge: Listen called twice")
+		}
 		s.tcpLn, s.udpConn, s.admin = tcpLn, udpConn, adm
+		s.mu.Unlock()
 		s.setAltSvc()
 		return nil
 	}
+}
+
+// listeners returns the sockets Listen bound and the admin listener (nil before Listen).
+func (s *Server) listeners() (net.Listener, *net.UDPConn, *adminServer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tcpLn, s.udpConn, s.admin
 }
 
 // setAltSvc derives the Alt-Svc value from the configuration and the bound port.
@@ -291,18 +313,26 @@ func (s *Server) setAltSvc() {
 
 // AdminAddr returns the admin listener's address, or nil when it is off. Valid after
 // Listen.
-func (s *Server) AdminAddr() net.Addr { return s.admin.addr() }
+func (s *Server) AdminAddr() net.Addr {
+	_, _, adm := s.listeners()
+	return adm.addr()
+}
 
 // Addr returns the bound address (TCP and UDP share the port). Valid after Listen.
-func (s *Server) Addr() *net.TCPAddr { return s.tcpLn.Addr().(*net.TCPAddr) }
+func (s *Server) Addr() *net.TCPAddr {
+	tcpLn, _, _ := s.listeners()
+	return tcpLn.Addr().(*net.TCPAddr)
+}
 
 // Serve serves HTTP/3 on the UDP socket and HTTP/2 and HTTP/1.1 on the TCP socket until
 // Shutdown or Close, then returns http.ErrServerClosed. Any other error stops both.
 func (s *Server) Serve() error {
-	if s.tcpLn == nil {
+	tcpLn, udpConn, adm := s.listeners()
+	if tcpLn == nil {
 		if err := s.Listen(); err != nil {
 			return err
 		}
+		tcpLn, udpConn, adm = s.listeners()
 	}
 	qconf := &quic.Config{
 		Allow0RTT:          true,
@@ -331,7 +361,7 @@ func (s *Server) Serve() error {
 		return http.ErrServerClosed
 	}
 	s.quicTr = &quic.Transport{
-		Conn:                s.guard.WrapConn(s.udpConn),
+		Conn:                s.guard.WrapConn(udpConn),
 		ConnContext:         s.metrics.connContext(s.guard.ConnContext),
 		VerifySourceAddress: s.guard.VerifySourceAddress,
 	}
@@ -341,7 +371,7 @@ func (s *Server) Serve() error {
 		return fmt.Errorf("edge: quic listen: %w", err)
 	}
 	s.quicLn = ln
-	s.h3 = &http3.Server{
+	h3 := &http3.Server{
 		Handler:        s.handler,
 		QUICConfig:     qconf,
 		MaxHeaderBytes: maxHeaderBytes,
@@ -349,21 +379,21 @@ func (s *Server) Serve() error {
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return withConnMemo(ctx) },
 	}
-	s.h12 = h12
+	s.h3, s.h12 = h3, h12
 	s.mu.Unlock()
 
 	go s.metrics.run(s.done)
 	go func() {
-		if err := s.admin.serve(); !errors.Is(err, http.ErrServerClosed) {
+		if err := adm.serve(); !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin listener failed", "error", err)
 		}
 	}()
 	go s.watchFiles(s.done)
 	go s.runKernelBans(s.done)
 	errc := make(chan error, 2)
-	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
+	go func() { errc <- h3.ServeListener(s.guard.Listener(ln)) }()
 	go func() {
-		errc <- h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, h12.TLSConfig))
+		errc <- h12.Serve(tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig))
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
@@ -382,10 +412,10 @@ func (s *Server) Serve() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12 := s.h3, s.h12
+	h3, h12, quicLn, adm := s.h3, s.h12, s.quicLn, s.admin
 	s.mu.Unlock()
 	if h3 == nil {
-		return errors.Join(s.admin.shutdown(ctx), s.closeSockets())
+		return errors.Join(adm.shutdown(ctx), s.closeSockets())
 	}
 	var wg sync.WaitGroup
 	var err3, err12 error
@@ -426,13 +456,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	})
 	// New QUIC connections are refused from now on; established ones drain above.
-	s.quicLn.Close()
+	quicLn.Close()
 	wg.Wait()
 	if err12 != nil {
 		h12.Close()
 	}
 	// The admin listener goes last, so metrics stay scrapeable while draining.
-	errAdmin := s.admin.shutdown(ctx)
+	errAdmin := adm.shutdown(ctx)
 	s.closeSockets()
 	return errors.Join(err3, err12, errAdmin)
 }
@@ -445,13 +475,13 @@ const shutdownLinger = 250 * time.Millisecond
 func (s *Server) Close() error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12 := s.h3, s.h12
+	h3, h12, adm := s.h3, s.h12, s.admin
 	s.mu.Unlock()
 	var errs []error
 	if h3 != nil {
 		errs = append(errs, h3.Close(), h12.Close())
 	}
-	errs = append(errs, s.admin.close(), s.closeSockets())
+	errs = append(errs, adm.close(), s.closeSockets())
 	return errors.Join(errs...)
 }
 
