@@ -50,12 +50,41 @@ func version() string {
 	return "(devel)"
 }
 
-func validate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("h3edge validate", flag.ContinueOnError)
+// synopsis is what -h prints above a command's flags.
+const synopsis = `usage:
+  h3edge [serve] [-config FILE] [-listen ADDR] [-upstream URL] [-redis URL] [-admin ADDR] [-log-format text|json]
+  h3edge validate -config FILE    check a configuration: exit 0, or 2 with one line per problem
+  h3edge version                  print h3edge's version and the Go it was built with
+`
+
+// newFlagSet returns a flag set whose -h prints the synopsis of every command.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	file := fs.String("config", "", "configuration `file` to check")
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\nflags of %s:\n", synopsis, name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs; it returns an exit code when the command should stop
+// (0 after -h, 2 after bad usage), else -1.
+func parseFlags(fs *flag.FlagSet, args []string) int {
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
 		return 2
+	}
+	return -1
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("h3edge validate", stderr)
+	file := fs.String("config", "", "configuration `file` to check")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if *file == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: h3edge validate -config FILE")
@@ -118,8 +147,7 @@ func loadConfig(file string, o *overrides) (*edge.Config, error) {
 }
 
 func serve(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("h3edge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("h3edge serve", stderr)
 	var o overrides
 	file := fs.String("config", "", "configuration `file` (YAML); without it the built-in defaults apply")
 	fs.StringVar(&o.listen, "listen", "", "TCP and UDP `address` to serve on (default :8443)")
@@ -127,8 +155,8 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.redis, "redis", "", "Redis `URL` for shared quota")
 	fs.StringVar(&o.admin, "admin", "", "admin API `address` (default 127.0.0.1:9090)")
 	fs.StringVar(&o.logFormat, "log-format", "", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "h3edge: unexpected argument %q\n", fs.Arg(0))

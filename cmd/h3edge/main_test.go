@@ -364,6 +364,35 @@ func TestValidateCommand(t *testing.T) {
 	}
 }
 
+// TestHelpAndPortInUse: -h names every command and exits 0; a port in use is said once
+// ("listen tcp ADDR: bind: address already in use", not "listen tcp …: listen tcp …").
+func TestHelpAndPortInUse(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"validate", "-h"}} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("h3edge %s: %v, want exit 0", strings.Join(args, " "), err)
+		}
+		for _, cmd := range []string{"h3edge validate -config FILE", "h3edge version", "-upstream"} {
+			if !strings.Contains(string(out), cmd) {
+				t.Errorf("h3edge %s does not mention %q:\n%s", strings.Join(args, " "), cmd, out)
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	out, err := exec.Command(binary, "-listen", ln.Addr().String(), "-admin", "127.0.0.1:0").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("port in use: %v, want exit 1\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "listen tcp"); n != 1 || !strings.Contains(string(out), "address already in use") {
+		t.Errorf("port in use said %d times, want once with the reason:\n%s", n, out)
+	}
+}
+
 func TestDevelopmentCertificateReused(t *testing.T) {
 	cache := t.TempDir()
 	env := []string{"XDG_CACHE_HOME=" + cache}
