@@ -45,7 +45,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "h3edge")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	build := []string{"build", "-o", binary}
+	if raceEnabled {
+		build = append(build, "-race")
+	}
+	if out, err := exec.Command("go", append(build, ".")...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building h3edge: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -121,8 +125,10 @@ func startProc(t testing.TB, env []string, args ...string) *proc {
 				close(ready)
 			}
 		}
+		// Wait after the last read: it closes the pipe.
+		p.exit <- p.cmd.Wait()
+		close(p.done)
 	}()
-	go func() { p.exit <- p.cmd.Wait(); close(p.done) }()
 	select {
 	case <-ready:
 	case err := <-p.exit:
@@ -137,6 +143,9 @@ func startProc(t testing.TB, env []string, args ...string) *proc {
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
+		}
+		if strings.Contains(p.log(), "WARNING: DATA RACE") {
+			t.Error("the race detector reported a data race in h3edge")
 		}
 		if t.Failed() {
 			t.Logf("h3edge log:\n%s", p.log())
