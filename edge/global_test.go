@@ -502,3 +502,62 @@ func TestContentBytesStreamedStoreFailure(t *testing.T) {
 		t.Errorf("open, Redis dead: %v, want [200 200 429] from the backstop", codes)
 	}
 }
+
+// scriptCalls returns how many scripts Redis has run (EVALSHA and EVAL).
+func scriptCalls(t testing.TB, rc *redis.Client) int64 {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// With lease: N a streamed body takes its bytes from Redis N at a time: fewer round
+// trips, and for fixed_window still never more than the quota across the fleet.
+func TestContentBytesStreamedLease(t *testing.T) {
+	const quota = 100000
+	rd := startRedis(t)
+	rc := rd.client(t)
+	origin := startCountingOrigin(t)
+	mk := func() *testEdge {
+		return startEdge(t, func(c *Config) {
+			c.Upstream = origin.url
+			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Abuse.Rejections = 1000000
+			pol := func(name string, lease int64) Policy {
+				return Policy{Name: name, Match: Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+					Algorithm: "fixed_window", Quota: quota, Window: 24 * time.Hour, Lease: lease}
+			}
+			c.Policies = []Policy{pol("exact", 0), pol("leased", 20000)}
+		})
+	}
+	edges := []*testEdge{mk(), mk()}
+	c := clientFor(t, "h2")
+	var total int64
+	for _, name := range []string{"exact", "leased"} {
+		before := scriptCalls(t, rc)
+		ok := 0
+		for i := range 14 {
+			if code, _ := streamUpload(t, c, edges[i%2].url+"/"+name, "k", 10000); code == 200 {
+				ok++
+			}
+		}
+		got := origin.settled(t)
+		t.Logf("%s: %d uploads of 10 kB admitted, %d bytes at the origin, %d Redis script calls", name, ok, got-total, scriptCalls(t, rc)-before)
+		if got-total > quota {
+			t.Errorf("%s: the origin received %d bytes of one key, more than the fleet quota %d", name, got-total, quota)
+		}
+		total = got
+	}
+}
