@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -279,4 +282,282 @@ func TestInflightGaugeGlobal(t *testing.T) {
 	cancel()
 	wg.Wait()
 	waitFor(t, 5*time.Second, func() bool { return gauge() == 0 })
+}
+
+// chunks is a request body of n zero bytes, read at most size at a time, whose length
+// the client does not know: HTTP/1.1 sends it chunked, HTTP/2 and HTTP/3 without
+// Content-Length.
+type chunks struct{ left, size int }
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), c.size, c.left)
+	clear(p[:n])
+	c.left -= n
+	return n, nil
+}
+
+// streamUpload posts n bytes of unknown length to url with the API key and returns
+// the status and the body of the answer.
+func streamUpload(t testing.TB, c *http.Client, url, key string, n int) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, &chunks{left: n, size: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = -1
+	req.Header.Set("X-API-Key", key)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, body
+}
+
+// countingOrigin is an origin that reads every request body and counts the bytes it
+// received as they arrive, those of bodies cut off midway included.
+type countingOrigin struct {
+	url            string
+	received, busy atomic.Int64
+}
+
+func startCountingOrigin(t testing.TB) *countingOrigin {
+	o := new(countingOrigin)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.busy.Add(1)
+		defer o.busy.Add(-1)
+		if _, err := io.Copy(o, r.Body); err != nil {
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	o.url = up.URL
+	return o
+}
+
+func (o *countingOrigin) Write(p []byte) (int, error) {
+	o.received.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// settled returns the bytes received once no request is in the origin's hands.
+func (o *countingOrigin) settled(t testing.TB) int64 {
+	waitFor(t, 5*time.Second, func() bool { return o.busy.Load() == 0 })
+	return o.received.Load()
+}
+
+// Streamed bodies of one key under a global content-bytes quota, sent alternately to
+// two edges that share a Redis, are admitted for at most the quota in total.
+func TestContentBytesStreamedAcrossEdges(t *testing.T) {
+	const quota, upload = 25000, 10000
+	rd := startRedis(t)
+	origin := startCountingOrigin(t)
+	mk := func() *testEdge {
+		return startEdge(t, func(c *Config) {
+			c.Upstream = origin.url
+			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Abuse.Rejections = 1000000
+			// fixed_window: no refill while the test runs, so the bound is exact.
+			c.Policies = []Policy{{Name: "upload", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+				Algorithm: "fixed_window", Quota: quota, Window: 24 * time.Hour}}
+		})
+	}
+	edges := []*testEdge{mk(), mk()}
+	var total int64
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			c := clientFor(t, proto)
+			key := "stream-" + proto // a fresh quota per protocol
+			var codes []int
+			for i := range 6 {
+				code, body := streamUpload(t, c, edges[i%2].url+"/upload", key, upload)
+				if code == 429 && !strings.Contains(string(body), "content-bytes") {
+					t.Errorf("upload %d: 429 without the content-bytes problem: %s", i, body)
+				}
+				codes = append(codes, code)
+			}
+			// Two uploads fit in the quota; the third is cut off at it, the rest refused.
+			if fmt.Sprint(codes) != "[200 200 429 429 429 429]" {
+				t.Errorf("uploads of 10 kB against a fleet quota of 25 kB, alternating edges: %v, want [200 200 429 429 429 429]", codes)
+			}
+			got := origin.settled(t)
+			if got-total > quota {
+				t.Errorf("the origin received %d bytes of one key, more than the fleet quota %d", got-total, quota)
+			}
+			total = got
+		})
+	}
+}
+
+// A request with a global and a local content-bytes policy: the local one cuts its
+// body off without charging Redis for the refused part, and the global one still
+// counts what every edge admitted.
+func TestContentBytesStreamedMixed(t *testing.T) {
+	rd := startRedis(t)
+	origin := startCountingOrigin(t)
+	mk := func(local bool) *testEdge {
+		return startEdge(t, func(c *Config) {
+			c.Upstream = origin.url
+			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Abuse.Rejections = 1000000
+			c.Policies = []Policy{{Name: "fleet", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+				Algorithm: "fixed_window", Quota: 25000, Window: 24 * time.Hour}}
+			if local {
+				c.Policies = append(c.Policies, Policy{Name: "edge", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+					Algorithm: "fixed_window", Quota: 15000, Window: 24 * time.Hour, Scope: "local"})
+			}
+		})
+	}
+	a, b := mk(true), mk(false)
+	c := clientFor(t, "h2")
+	var codes []int
+	for _, e := range []*testEdge{a, a, b, b} {
+		code, _ := streamUpload(t, c, e.url+"/upload", "mixed", 10000)
+		codes = append(codes, code)
+	}
+	// A: 10 kB (both charged), then cut off by its local 15 kB; B: what the fleet has
+	// left holds one more upload, not two.
+	if fmt.Sprint(codes) != "[200 429 200 429]" {
+		t.Errorf("uploads A, A, B, B: %v, want [200 429 200 429]", codes)
+	}
+	if got := origin.settled(t); got > 25000 {
+		t.Errorf("the origin received %d bytes, more than the fleet quota 25000", got)
+	}
+}
+
+// While Redis cannot decide, a streamed body follows its policy's on_store_failure
+// like the request does: closed cuts it off with 503, open charges the local backstop.
+func TestContentBytesStreamedStoreFailure(t *testing.T) {
+	rd := startRedis(t)
+	origin := startCountingOrigin(t)
+	e := startEdge(t, func(c *Config) {
+		c.Upstream = origin.url
+		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Abuse.Rejections = 1000000
+		pol := func(name, failure string) Policy {
+			return Policy{Name: name, Match: Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+				Algorithm: "fixed_window", Quota: 25000, Window: 24 * time.Hour, OnStoreFailure: failure}
+		}
+		c.Policies = []Policy{pol("open", "open"), pol("closed", "closed")}
+	})
+	c := clientFor(t, "h2")
+
+	// closed: Redis dies while the body streams; the rest of it is refused with 503.
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	req, _ := http.NewRequest("POST", e.url+"/closed", pr)
+	req.ContentLength = -1
+	req.Header.Set("X-API-Key", "k")
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{code: resp.StatusCode, body: body}
+	}()
+	chunk := make([]byte, 1000)
+	if _, err := pw.Write(chunk); err != nil {
+		t.Fatal(err)
+	}
+	// At the origin, hence admitted and charged in Redis: the request was decided there.
+	waitFor(t, 5*time.Second, func() bool { return origin.received.Load() == 1000 })
+	rd.kill()
+	go func() {
+		for range 20 {
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	a := <-done
+	if a.err != nil || a.code != 503 || !bytes.Contains(a.body, []byte("#temporary-reduced-capacity")) ||
+		!bytes.Contains(a.body, []byte(`"violated-policies":["closed"]`)) {
+		t.Errorf("closed, Redis killed mid-body: %d %s %v, want 503 temporary-reduced-capacity", a.code, a.body, a.err)
+	}
+
+	// open: the local backstop (same quota) charges the bodies instead.
+	var codes []int
+	for range 3 {
+		code, _ := streamUpload(t, c, e.url+"/open", "k", 10000)
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Errorf("open, Redis dead: %v, want [200 200 429] from the backstop", codes)
+	}
+}
+
+// scriptCalls returns how many scripts Redis has run (EVALSHA and EVAL).
+func scriptCalls(t testing.TB, rc *redis.Client) int64 {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// With lease: N a streamed body takes its bytes from Redis N at a time: fewer round
+// trips, and for fixed_window still never more than the quota across the fleet.
+func TestContentBytesStreamedLease(t *testing.T) {
+	const quota = 100000
+	rd := startRedis(t)
+	rc := rd.client(t)
+	origin := startCountingOrigin(t)
+	mk := func() *testEdge {
+		return startEdge(t, func(c *Config) {
+			c.Upstream = origin.url
+			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Abuse.Rejections = 1000000
+			pol := func(name string, lease int64) Policy {
+				return Policy{Name: name, Match: Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+					Algorithm: "fixed_window", Quota: quota, Window: 24 * time.Hour, Lease: lease}
+			}
+			c.Policies = []Policy{pol("exact", 0), pol("leased", 20000)}
+		})
+	}
+	edges := []*testEdge{mk(), mk()}
+	c := clientFor(t, "h2")
+	var total int64
+	for _, name := range []string{"exact", "leased"} {
+		before := scriptCalls(t, rc)
+		ok := 0
+		for i := range 14 {
+			if code, _ := streamUpload(t, c, edges[i%2].url+"/"+name, "k", 10000); code == 200 {
+				ok++
+			}
+		}
+		got := origin.settled(t)
+		t.Logf("%s: %d uploads of 10 kB admitted, %d bytes at the origin, %d Redis script calls", name, ok, got-total, scriptCalls(t, rc)-before)
+		if got-total > quota {
+			t.Errorf("%s: the origin received %d bytes of one key, more than the fleet quota %d", name, got-total, quota)
+		}
+		total = got
+	}
 }

@@ -524,13 +524,32 @@ func hasConcurrency(reqs []limiter.Request) bool {
 type bodyChargeKey struct{}
 
 // bodyCharge charges a request body of unknown length to its content-bytes policies as
-// it is read; once quota runs out the read fails.
+// it is read, each read before its bytes go on. The charge is a decision like the
+// request's (decideEnforced): local policies in this edge's memory, global ones in Redis,
+// all of them together and all-or-nothing, and while Redis cannot decide each global
+// policy follows its on_store_failure. So a fleet admits at most a global policy's
+// quota of bytes however a key's bodies are spread over its edges. Once a read is
+// refused, the body fails.
+//
+// Every read that yields bytes is one decision, so with a global policy one Redis round
+// trip per read, and the bound is exact: the fleet admits at most the quota, and a read
+// the quota cannot hold in full is refused, never split (a body may so stop up to one
+// read short of it). A policy with lease: N takes N units ahead and spends them here
+// without a round trip, with the bound that option states (redisstore.Config.Lease).
+//
+// Read is not safe for concurrent use; denied may be loaded by any goroutine, and once
+// it is set the refusal's fields (d.out, closed, failed) no longer change.
 type bodyCharge struct {
 	io.ReadCloser
-	s      *Server
-	ctx    context.Context
-	reqs   []limiter.Request
-	out    []limiter.Decision
+	s   *Server
+	ctx context.Context
+	// d holds the content-bytes rules and their requests. It is the charge's own, not
+	// the request's pooled one: a proxy may read the body after the handler returned.
+	d decision
+	// closed lists the policies that failed closed; failed says the store could not
+	// decide for another reason (both answer 503).
+	closed []string
+	failed bool
 	denied atomic.Bool
 }
 
@@ -543,16 +562,19 @@ func (s *Server) bodyCharge(r *http.Request, rs *rules, d *decision) *bodyCharge
 	if r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	var reqs []limiter.Request
+	var b *bodyCharge
 	for i, ru := range d.rules {
-		if ru.unit == "content-bytes" {
-			reqs = append(reqs, d.reqs[i])
+		if ru.unit != "content-bytes" {
+			continue
 		}
+		if b == nil {
+			b = &bodyCharge{ReadCloser: r.Body, s: s, ctx: context.WithoutCancel(r.Context())}
+		}
+		b.d.reqs = append(b.d.reqs, d.reqs[i])
+		b.d.rules = append(b.d.rules, ru)
+		b.d.anyGlobal = b.d.anyGlobal || ru.global
 	}
-	if len(reqs) == 0 {
-		return nil
-	}
-	return &bodyCharge{ReadCloser: r.Body, s: s, ctx: context.WithoutCancel(r.Context()), reqs: reqs}
+	return b
 }
 
 func (b *bodyCharge) Read(p []byte) (int, error) {
@@ -561,13 +583,14 @@ func (b *bodyCharge) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		for i := range b.reqs {
-			b.reqs[i].Cost = int64(n)
+		d := &b.d
+		for i := range d.reqs {
+			d.reqs[i].Cost = int64(n)
 		}
-		var allowed bool
-		var derr error
-		b.out, allowed, derr = b.s.store.Decide(b.ctx, time.Now(), b.reqs, b.out[:0])
-		if derr != nil || !allowed {
+		d.skip = 0
+		allowed, closed, derr := b.s.decideEnforced(b.ctx, time.Now(), d)
+		if !allowed || derr != nil || len(closed) > 0 {
+			b.closed, b.failed = closed, derr != nil && len(closed) == 0
 			b.denied.Store(true)
 			return 0, errBodyQuota
 		}
@@ -581,15 +604,26 @@ func bodyQuotaExceeded(r *http.Request) bool {
 	return ok && bc.denied.Load()
 }
 
-// writeBodyQuota answers a request whose streamed body crossed its quota.
+// writeBodyQuota answers a request whose streamed body was cut off: 429 naming the
+// policies that refused it, or 503 when the store could not decide.
 func writeBodyQuota(w http.ResponseWriter, r *http.Request) {
 	bc := r.Context().Value(bodyChargeKey{}).(*bodyCharge)
+	if len(bc.closed) > 0 {
+		bc.s.failClosed(w, bc.closed)
+		return
+	}
+	if bc.failed {
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter could not decide")
+		return
+	}
 	var violated []string
 	retry := time.Second
-	for i := range bc.reqs {
-		violated = append(violated, bc.reqs[i].Policy.Name)
-		if i < len(bc.out) && !bc.out[i].Allowed && bc.out[i].RetryAfter != limiter.Never {
-			retry = max(retry, bc.out[i].RetryAfter)
+	for i, ru := range bc.d.rules {
+		if i < len(bc.d.out) && !bc.d.out[i].Allowed {
+			violated = append(violated, ru.name)
+			if ra := bc.d.out[i].RetryAfter; ra != limiter.Never {
+				retry = max(retry, ra)
+			}
 		}
 	}
 	h := w.Header()
