@@ -2,7 +2,11 @@
 # policy-cost.sh: what three local policies cost an h3edge, as the ratio of its
 # throughput with them to its throughput without them (issue: ≥ 0.9).
 #
-#   bench/policy-cost.sh [-p h3|h3q|h2|h1] [-s SECONDS] [-r ROUNDS] [H3EDGE]
+#   bench/policy-cost.sh [-p h3|h3q|h2|h1] [-s SECONDS] [-r ROUNDS] [-B OTHER] [H3EDGE]
+#
+# With -B OTHER it compares two builds instead: OTHER and H3EDGE both serve the three
+# policies, side by side as below, and each round prints H3EDGE's throughput ÷ OTHER's
+# (a new Go or a change against the build before it).
 #
 # The two configurations run at the same time, each in its own h3edge pinned to CPU 0
 # and each loaded by its own client pinned to CPU 1 (gtlsclient for h3, one connection;
@@ -20,12 +24,13 @@
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3 # go.mod's Go (README)
 
-proto=h3 secs=5 rounds=3
-while getopts "p:s:r:" o; do
+proto=h3 secs=5 rounds=3 other=""
+while getopts "p:s:r:B:" o; do
 	case $o in
 	p) proto=$OPTARG ;;
 	s) secs=$OPTARG ;;
 	r) rounds=$OPTARG ;;
+	B) other=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
@@ -81,12 +86,22 @@ load() { # port count
 	esac >/dev/null 2>&1 || true
 }
 
+# The two servers of a round: "none" is the baseline, "three" the one measured.
+declare -A B F
+if [ -n "$other" ]; then
+	B[none]=$other F[none]=three B[three]=$bin F[three]=three
+	label=new/old
+else
+	B[none]=$bin F[none]=none B[three]=$bin F[three]=three
+	label=three/none
+fi
+
 ratios=()
 for r in $(seq "$rounds"); do
 	declare -A P A S C
 	for c in none three; do
 		P[$c]=$(port) A[$c]=127.0.0.1:$(port)
-		taskset -c 0 "$bin" -config "$dir/$c.yaml" -listen "127.0.0.1:${P[$c]}" -admin "${A[$c]}" 2>"$dir/$c.log" &
+		taskset -c 0 "${B[$c]}" -config "$dir/${F[$c]}.yaml" -listen "127.0.0.1:${P[$c]}" -admin "${A[$c]}" 2>"$dir/$c.log" &
 		S[$c]=$!
 		pids+=("${S[$c]}")
 	done
@@ -109,11 +124,11 @@ for r in $(seq "$rounds"); do
 	done
 	wait 2>/dev/null || true
 	pids=()
-	line=$(awk -v n=$((n1 - n0)) -v t=$((t1 - t0)) -v un=$((un1 - un0)) -v ut=$((ut1 - ut0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {
+	line=$(awk -v la="${label#*/}" -v lb="${label%/*}" -v n=$((n1 - n0)) -v t=$((t1 - t0)) -v un=$((un1 - un0)) -v ut=$((ut1 - ut0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {
 		if (n == 0 || t == 0) { print "no requests served"; exit 1 }
-		printf "%.3f  none %d req/s (%.1f µs CPU/req)  three %d req/s (%.1f µs CPU/req)  CPU ratio %.3f",
-			t / n, n / '"$secs"', un * 1e6 / hz / n, t / '"$secs"', ut * 1e6 / hz / t, (un / n) / (ut / t) }')
-	echo "round $r: three/none $line"
+		printf "%.3f  %s %d req/s (%.1f µs CPU/req)  %s %d req/s (%.1f µs CPU/req)  CPU ratio %.3f",
+			t / n, la, n / '"$secs"', un * 1e6 / hz / n, lb, t / '"$secs"', ut * 1e6 / hz / t, (un / n) / (ut / t) }')
+	echo "round $r: $label $line"
 	ratios+=("${line%% *}")
 done
-printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "'"$proto"' three/none median of %d rounds: %.3f\n", NR, m}'
+printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; printf "'"$proto $label"' median of %d rounds: %.3f\n", NR, m}'
