@@ -178,10 +178,12 @@ func serve(args []string, stderr io.Writer) int {
 	if memLimit != 0 {
 		attrs = append(attrs, "gomemlimit", memLimit)
 	}
-	log.Info("h3edge serving", attrs...)
-
+	// Signals are caught before the start-up line, which tells scripts the edge is up:
+	// a SIGHUP sent on seeing it must reload, not kill (SIGHUP's default action).
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	log.Info("h3edge serving", attrs...)
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
 	for {
