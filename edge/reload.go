@@ -4,30 +4,82 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 )
+
+// restartFields are the settings a reload refuses to change, naming each one changed:
+// the sockets, the key hash, the size and shape of the per-source tables, the QUIC and
+// HTTP/2 stream limits fixed when the listeners start, the Redis connection and the
+// ban subscription made with it. Every other setting is applied by a reload
+// (TestReloadFieldsAccountedFor keeps the two lists complete), log_format only when
+// Options.SetLogFormat is set.
+var restartFields = []string{
+	"listen",
+	"admin.listen",
+	"keys.secret",
+	"ip.max_tracked",
+	"ip.ipv4_prefix",
+	"ip.ipv6_prefix",
+	"ip.max_streams_per_connection",
+	"redis.url",
+	"redis.cluster",
+	"redis.sentinel.master",
+	"redis.sentinel.addrs",
+	"redis.username",
+	"redis.password",
+	"redis.tls",
+	"redis.timeout",
+	"abuse.share",
+}
 
 // reloadConfig loads the configuration again and applies it without dropping a
 // connection: policies (keeping the state and counters of unchanged ones), plans, ip:
-// budgets, upstream, trusted proxies, Alt-Svc and certificates. Everything is prepared
-// first; if anything is invalid nothing changes and the error says what (a
-// ValidationError for the file's problems).
+// budgets, abuse: thresholds (keeping bans and rejection counts), upstream and its
+// timeout, trusted proxies, Alt-Svc, admin token, certificates and log format.
+// Everything is prepared first; if anything is invalid nothing changes and the error
+// says what (a ValidationError for the file's problems).
+//
+// The file and the keys file are read outside reloadMu, so a large keys file holds up
+// no other reload; only the comparison with the configuration in force and the commit
+// take the lock. Of two reloads that overlap, the one that started later wins: the
+// other, finishing after it, changes nothing.
 func (s *Server) reloadConfig() error {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
-	old := s.config()
-	cfg, err := s.loadAgain(old)
+	gen := s.reloadGen.Add(1)
+	cfg, p, err := s.loadAgain(s.config())
+	if err == nil {
+		s.reloadMu.Lock()
+		defer s.reloadMu.Unlock()
+		if gen < s.reloaded {
+			s.log.Info("reload superseded by a later one; nothing changed", "file", cfg.File)
+			return nil
+		}
+		err = s.apply(cfg, p)
+	}
 	if err != nil {
 		s.log.Error("reload refused; the old configuration stays", "error", err)
 		return err
 	}
-	if err := restartOnly(old, cfg); err != nil {
-		s.log.Error("reload refused; the old configuration stays", "error", err)
+	s.reloaded = gen
+	s.log.Info("configuration reloaded", "file", cfg.File, "policies", len(cfg.Policies))
+	return nil
+}
+
+// apply puts cfg and its plans p in force (p nil: keep the plans in force), or changes
+// nothing and says why. The caller holds reloadMu.
+func (s *Server) apply(cfg *Config, p *plans) error {
+	old := s.config()
+	fixed := restartFields
+	if s.opts.SetLogFormat == nil {
+		fixed = append(slices.Clip(fixed), "log_format")
+	}
+	if err := restartOnly(old, cfg, fixed); err != nil {
 		return err
 	}
 
 	// Prepare.
 	cs := s.certs.Load()
 	if !reflect.DeepEqual(old.TLS, cfg.TLS) {
+		var err error
 		if cs, err = s.newCerts(cfg); err != nil {
 			return err
 		}
@@ -38,30 +90,29 @@ func (s *Server) reloadConfig() error {
 	if err != nil {
 		return err
 	}
-	p := &plans{}
-	switch {
-	case cfg.Keys.File != "":
-		if p, err = loadPlans(cfg.Keys.File, s.hasher); err != nil {
-			return fmt.Errorf("edge: %w", err)
-		}
-	case cfg.Keys.RedisHash != "":
-		// Redis trouble does not refuse a reload: the plans in force stay, whatever
-		// their source, and the watcher reads the hash at every tick until it can.
-		if p, err = s.redisPlans(cfg.Keys.RedisHash); err != nil {
-			p = s.plans.Load()
-		}
+	if p == nil {
+		p = s.plans.Load()
 	}
 	origin := *s.origin.Load()
-	if old.Upstream != cfg.Upstream || !reflect.DeepEqual(old.TrustedProxies, cfg.TrustedProxies) {
+	if old.Upstream != cfg.Upstream || old.UpstreamTimeout != cfg.UpstreamTimeout ||
+		!reflect.DeepEqual(old.TrustedProxies, cfg.TrustedProxies) {
 		if origin, err = buildOrigin(cfg); err != nil {
 			return err
 		}
+	}
+	pc := penaltyConfig(cfg, s.onBan)
+	if err := pc.Validate(); err != nil {
+		return fmt.Errorf("edge: abuse: %w", err)
 	}
 	if err := s.guard.SetLimits(guardConfig(cfg.IP)); err != nil {
 		return fmt.Errorf("edge: ip: %w", err)
 	}
 
-	// Commit.
+	// Commit. SetLimits cannot fail here: pc is valid, and what it cannot change
+	// (the prefix lengths, max_tracked) restartOnly refused.
+	if err := s.box.SetLimits(pc); err != nil {
+		return fmt.Errorf("edge: abuse: %w", err)
+	}
 	s.cfg.Store(cfg)
 	s.certs.Store(cs)
 	s.rules.Store(rs)
@@ -70,12 +121,40 @@ func (s *Server) reloadConfig() error {
 	if tcpLn, _, _ := s.listeners(); tcpLn != nil {
 		s.setAltSvc()
 	}
-	s.log.Info("configuration reloaded", "file", cfg.File, "policies", len(cfg.Policies))
+	if cfg.LogFormat != old.LogFormat {
+		s.opts.SetLogFormat(cfg.LogFormat)
+	}
 	return nil
 }
 
-// loadAgain produces the new configuration: through Options.Load, or from old's file.
-func (s *Server) loadAgain(old *Config) (*Config, error) {
+// loadAgain produces the new configuration, through Options.Load or from old's file,
+// and the plans of its keys: section (nil when they are read from Redis and Redis
+// cannot be read: the plans in force stay, and the watcher reads the hash at every
+// tick until it can). This is the slow part of a reload, and takes no lock.
+func (s *Server) loadAgain(old *Config) (*Config, *plans, error) {
+	cfg, err := s.loadConfig(old)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case cfg.Keys.File != "":
+		p, err := loadPlans(cfg.Keys.File, s.hasher)
+		if err != nil {
+			return nil, nil, fmt.Errorf("edge: %w", err)
+		}
+		return cfg, p, nil
+	case cfg.Keys.RedisHash != "":
+		p, err := s.redisPlans(cfg.Keys.RedisHash)
+		if err != nil {
+			return cfg, nil, nil // Redis trouble does not refuse a reload
+		}
+		return cfg, p, nil
+	}
+	return cfg, &plans{}, nil
+}
+
+// loadConfig reads the configuration again: through Options.Load, or from old's file.
+func (s *Server) loadConfig(old *Config) (*Config, error) {
 	if s.opts.Load != nil {
 		return s.opts.Load()
 	}
@@ -96,21 +175,14 @@ func (s *Server) loadAgain(old *Config) (*Config, error) {
 // errRestart reports a change that only a restart can make.
 var errRestart = errors.New("cannot change while running; restart h3edge to apply it")
 
-// restartOnly reports the changes a reload cannot apply.
-func restartOnly(old, cfg *Config) error {
+// restartOnly reports the settings among fields (paths such as "redis.url") that
+// differ between old and cfg, each naming its path and wrapping errRestart.
+func restartOnly(old, cfg *Config, fields []string) error {
 	var errs []error
-	check := func(field string, changed bool) {
-		if changed {
-			errs = append(errs, fmt.Errorf("%s: %w", field, errRestart))
+	for _, f := range fields {
+		if !same(valueAt(reflect.ValueOf(old), f), valueAt(reflect.ValueOf(cfg), f)) {
+			errs = append(errs, fmt.Errorf("%s: %w", f, errRestart))
 		}
 	}
-	check("listen", old.Listen != cfg.Listen)
-	check("keys.secret", old.Keys.Secret != cfg.Keys.Secret)
-	check("ip.max_tracked", old.IP.MaxTracked != cfg.IP.MaxTracked)
-	check("ip.ipv4_prefix", old.IP.IPv4Prefix != cfg.IP.IPv4Prefix)
-	check("ip.ipv6_prefix", old.IP.IPv6Prefix != cfg.IP.IPv6Prefix)
-	check("ip.max_streams_per_connection", old.IP.MaxStreamsPerConnection != cfg.IP.MaxStreamsPerConnection)
-	check("admin.listen", old.Admin.Listen != cfg.Admin.Listen)
-	check("redis", !reflect.DeepEqual(old.Redis, cfg.Redis))
 	return errors.Join(errs...)
 }

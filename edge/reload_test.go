@@ -2,33 +2,49 @@ package edge
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/h3edge/h3edge/limiter"
 )
 
 // startEdgeFile starts an edge from a configuration file, so reloads re-read it.
 func startEdgeFile(t *testing.T, yaml string) (*testEdge, string) {
+	t.Helper()
+	return startEdgeFileWith(t, yaml, Options{})
+}
+
+// startEdgeFileWith is startEdgeFile with options.
+func startEdgeFileWith(t *testing.T, yaml string, opts Options) (*testEdge, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "h3edge.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var e *testEdge
-	e = startEdge(t, func(c *Config) {
+	e = startEdgeWith(t, func(c *Config) {
 		loaded, err := Load(file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		*c = *loaded
 		c.Listen = "127.0.0.1:0"
-	})
+	}, opts)
 	return e, file
 }
 
 const reloadBase = `
 listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
 ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000}}
 policies:
   - {name: keep, key: [ip], quota: 100, window: 1m}
@@ -76,5 +92,304 @@ func TestReloadKeepsUnchangedPolicies(t *testing.T) {
 	os.WriteFile(file, []byte(strings.Replace(reloadBase, `listen: "127.0.0.1:0"`, `listen: "127.0.0.1:1"`, 1)), 0o644)
 	if err := e.reloadConfig(); !errors.Is(err, errRestart) || !strings.Contains(err.Error(), "listen") {
 		t.Errorf("changing listen: %v", err)
+	}
+}
+
+// reloadableFields are the settings a reload applies (restartFields those it refuses).
+// A new setting fails TestReloadFieldsAccountedFor until it is in one list or the
+// other, and a reload really applies it or refuses it by name.
+var reloadableFields = []string{
+	"alt_svc", "shutdown_timeout", "upstream", "upstream_timeout", "trusted_proxies",
+	"tls.certificates[].cert", "tls.certificates[].key",
+	"admin.token",
+	"ip.connections.rate", "ip.connections.burst", "ip.streams.rate", "ip.streams.burst",
+	"ip.max_connections", "ip.retry_above",
+	"keys.file", "keys.redis_hash", "keys.default_plan",
+	"policies[].name", "policies[].match.path_prefix", "policies[].match.methods",
+	"policies[].match.host", "policies[].match.plan", "policies[].key", "policies[].algorithm",
+	"policies[].quota", "policies[].window", "policies[].unit", "policies[].scope",
+	"policies[].on_store_failure", "policies[].mode", "policies[].max_delay", "policies[].lease",
+	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
+	"legacy_headers",
+	"log_format", // with Options.SetLogFormat; refused without
+}
+
+// TestReloadFieldsAccountedFor fails when a setting of Config is in neither
+// reloadableFields nor restartFields, or in both; and checks that changing each setting
+// of restartFields is refused naming it, and changing one of reloadableFields is not.
+func TestReloadFieldsAccountedFor(t *testing.T) {
+	var paths []string
+	leaves(reflect.TypeFor[Config](), "", &paths)
+	for _, p := range paths {
+		if in, out := slices.Contains(reloadableFields, p), slices.Contains(restartFields, p); in == out {
+			t.Errorf("%s: in reloadableFields %v, in restartFields %v: want it in exactly one (does a reload apply it?)", p, in, out)
+		}
+	}
+	for _, p := range slices.Concat(reloadableFields, restartFields) {
+		if !slices.Contains(paths, p) {
+			t.Errorf("%s is listed, but Config has no such setting", p)
+		}
+	}
+
+	full := func() *Config {
+		c := &Config{}
+		allocate(reflect.ValueOf(c).Elem())
+		c.AltSvc = new(string) // allocate leaves pointers to values nil
+		c.ApplyDefaults()
+		return c
+	}
+	for _, p := range paths {
+		old, cfg := full(), full()
+		v := valueAt(reflect.ValueOf(cfg), strings.ReplaceAll(p, "[]", "[0]"))
+		if !v.IsValid() {
+			t.Fatalf("%s: no value to change: give it one in full", p)
+		}
+		change(t, v)
+		err := restartOnly(old, cfg, restartFields)
+		switch {
+		case slices.Contains(restartFields, p) && (!errors.Is(err, errRestart) || err.Error() != p+": "+errRestart.Error()):
+			t.Errorf("changing %s: restartOnly = %v, want it named alone", p, err)
+		case !slices.Contains(restartFields, p) && err != nil:
+			t.Errorf("changing %s: restartOnly = %v, want nil", p, err)
+		}
+	}
+}
+
+// change gives the setting v another value.
+func change(t *testing.T, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.String() + "x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Float64:
+		v.SetFloat(v.Float() + 1)
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
+	case reflect.Slice:
+		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+	default:
+		t.Fatalf("change: no way to change a %s", v.Type())
+	}
+}
+
+// abuseYAML is a configuration whose every request past the first in a minute is
+// rejected, with the abuse: section given.
+func abuseYAML(abuse string) string {
+	return `listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000}, max_connections: 100000}
+policies:
+  - {name: one, key: [ip], quota: 1, window: 1m}
+abuse: ` + abuse + "\n"
+}
+
+// rejectFrom sends requests over HTTP/3 from src until it has been rejected n times
+// (its first request is allowed), and reports whether src is banned then. A request
+// that fails counts as rejected: the ban closes the connection.
+func rejectFrom(t *testing.T, e *testEdge, c *http.Client, src netip.Addr, n int) bool {
+	t.Helper()
+	for range n {
+		resp, err := c.Get(e.url + "/")
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			resp, err = c.Get(e.url + "/")
+			if err != nil {
+				break
+			}
+			resp.Body.Close()
+		}
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("status %d, want 429", resp.StatusCode)
+		}
+	}
+	return e.box.Banned(src)
+}
+
+// dialFrom opens an HTTP/3 connection from src.
+func dialFrom(t *testing.T, e *testEdge, src netip.Addr) *http.Client {
+	t.Helper()
+	c, err := newSourceClient(t, "h3", src.String()).dial(e.Addr().String())
+	if err != nil {
+		t.Fatalf("dial from %v: %v", src, err)
+	}
+	return c
+}
+
+// TestReloadAbuse: abuse.rejections changed in the file applies after a reload, by
+// Server.Reload (SIGHUP) and by POST /api/v1/reload: a source is banned on its fourth
+// rejection.
+func TestReloadAbuse(t *testing.T) {
+	for i, via := range []string{"Reload", "admin"} {
+		t.Run(via, func(t *testing.T) {
+			e, file := startEdgeFile(t, abuseYAML("{rejections: 50}"))
+			os.WriteFile(file, []byte(abuseYAML("{rejections: 3}")), 0o644)
+			if via == "Reload" {
+				if err := e.Reload(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				resp, err := http.Post("http://"+e.AdminAddr().String()+"/api/v1/reload", "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("POST /api/v1/reload: %d", resp.StatusCode)
+				}
+			}
+			src := netip.AddrFrom4([4]byte{127, 0, 0, byte(40 + i)})
+			c := dialFrom(t, e, src)
+			if rejectFrom(t, e, c, src, 3) {
+				t.Fatal("banned after 3 rejections, want the fourth to ban")
+			}
+			if !rejectFrom(t, e, c, src, 1) {
+				t.Fatalf("not banned on the fourth rejection: the reloaded abuse.rejections is not in force (%+v)", e.box.Stats())
+			}
+		})
+	}
+}
+
+// TestReloadKeepsBansAndStrikes: a reload that changes abuse: keeps the bans in force
+// and each source's rejections so far; the new thresholds and ban length apply to them.
+func TestReloadKeepsBansAndStrikes(t *testing.T) {
+	e, file := startEdgeFile(t, abuseYAML("{rejections: 10, within: 10s, ban: 1m}"))
+	banned, striker := netip.MustParseAddr("127.0.0.50"), netip.MustParseAddr("127.0.0.51")
+	if err := e.box.Add(limiter.Ban{Prefix: netip.PrefixFrom(banned, 32), Until: time.Now().Add(time.Hour), Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	c := dialFrom(t, e, striker)
+	if rejectFrom(t, e, c, striker, 3) {
+		t.Fatal("banned after 3 rejections of 10")
+	}
+
+	os.WriteFile(file, []byte(abuseYAML("{rejections: 4, within: 20s, ban: 2m}")), 0o644)
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !e.box.Banned(banned) {
+		t.Error("the reload lifted a ban in force")
+	}
+	if _, err := newSourceClient(t, "h2", banned.String()).dial(e.Addr().String()); err == nil {
+		t.Error("a banned source completed a TLS handshake after the reload")
+	}
+	if rejectFrom(t, e, c, striker, 1) {
+		t.Fatal("banned on its 4th rejection, want the 5th (rejections: 4)")
+	}
+	if !rejectFrom(t, e, c, striker, 1) {
+		t.Fatal("not banned on its 5th rejection: its strikes before the reload were lost, or rejections: 4 is not in force")
+	}
+	for _, b := range e.box.List(time.Now()) {
+		if b.Prefix.Addr() == striker {
+			if d := time.Until(b.Until); d < time.Minute+50*time.Second || d > 2*time.Minute {
+				t.Errorf("ban of %v for %v, want the reloaded ban: 2m", striker, d)
+			}
+		}
+	}
+}
+
+// TestReloadUpstreamTimeout: upstream_timeout changed in the file rebuilds the proxy:
+// an answer 2 s away, served before, is 504 after the timeout drops to 1s.
+func TestReloadUpstreamTimeout(t *testing.T) {
+	up, _ := slowUpstream(t, 2*time.Second)
+	conf := func(timeout string) string {
+		return fmt.Sprintf("%supstream: %s\nupstream_timeout: %s\n", reloadBase, up.URL, timeout)
+	}
+	e, file := startEdgeFile(t, conf("10s"))
+	c := clientFor(t, "h2")
+	if resp, _ := do(t, c, "GET", e.url+"/slow", nil, nil); resp.StatusCode != 200 {
+		t.Fatalf("before the reload: %d, want 200 after 2 s", resp.StatusCode)
+	}
+	os.WriteFile(file, []byte(conf("1s")), 0o644)
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, body := do(t, c, "GET", e.url+"/slow", nil, nil)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("after the reload: %d %s, want 504", resp.StatusCode, body)
+	}
+	if d := time.Since(start); d > 1900*time.Millisecond {
+		t.Errorf("504 after %v, want about the 1 s timeout", d)
+	}
+}
+
+// TestReloadLogFormat: a reload that changes log_format calls Options.SetLogFormat;
+// without it the change is refused by name.
+func TestReloadLogFormat(t *testing.T) {
+	json := strings.Replace(reloadBase, "\nip:", "\nlog_format: json\nip:", 1)
+
+	e, file := startEdgeFile(t, reloadBase)
+	os.WriteFile(file, []byte(json), 0o644)
+	if err := e.Reload(); !errors.Is(err, errRestart) || !strings.Contains(err.Error(), "log_format") {
+		t.Errorf("log_format changed without SetLogFormat: %v, want it refused by name", err)
+	}
+
+	var mu sync.Mutex
+	var set []string
+	e, file = startEdgeFileWith(t, reloadBase, Options{SetLogFormat: func(f string) {
+		mu.Lock()
+		defer mu.Unlock()
+		set = append(set, f)
+	}})
+	os.WriteFile(file, []byte(json), 0o644)
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); err != nil { // unchanged: not called again
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(set, []string{"json"}) || e.Config().LogFormat != "json" {
+		t.Errorf("SetLogFormat calls %q, log_format in force %q; want [json], json", set, e.Config().LogFormat)
+	}
+}
+
+// TestReloadOverlapping: a reload reads its configuration without holding up another
+// one; of two that overlap, the one that started later stays in force even when the
+// earlier one finishes last.
+func TestReloadOverlapping(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	e := startEdgeWith(t, nil, Options{Load: func() (*Config, error) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		cfg := Default()
+		cfg.Listen, cfg.IP, cfg.Admin.Listen = "127.0.0.1:0", roomyIP, "127.0.0.1:0"
+		cfg.Policies = []Policy{{Name: fmt.Sprintf("load%d", n), Quota: 10, Window: time.Minute}}
+		cfg.ApplyDefaults()
+		if n == 1 {
+			close(entered)
+			<-release // a slow file
+		}
+		return cfg, cfg.Validate()
+	}})
+	first := make(chan error, 1)
+	go func() { first <- e.Reload() }()
+	<-entered
+	second := make(chan error, 1)
+	go func() { second <- e.Reload() }()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a reload waited for another one's loading")
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got := e.rules.Load().policies[0].name; got != "load2" {
+		t.Errorf("policy in force %q, want load2: the reload that started later", got)
 	}
 }

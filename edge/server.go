@@ -95,7 +95,11 @@ type Server struct {
 	// altSvcValue is the Alt-Svc field (nil: none), set once the port is known.
 	altSvcValue atomic.Pointer[[]string]
 
-	reloadMu sync.Mutex // one reload at a time
+	// reloadGen numbers reloads in the order they start; reloaded is the number of the
+	// last one committed, so that an older reload finishing later changes nothing.
+	reloadGen atomic.Uint64
+	reloadMu  sync.Mutex // one reload's commit at a time; guards reloaded
+	reloaded  uint64
 
 	// mu guards the sockets and servers, which Listen and Serve set and Shutdown and
 	// Close take down, possibly from other goroutines, and the shutdown flag.
@@ -125,6 +129,10 @@ type Options struct {
 	// line's overrides, defaults applied, validated). If nil, the file the current
 	// configuration came from is loaded as is.
 	Load func() (*Config, error)
+	// SetLogFormat switches Logger's output to format ("text" or "json") when a reload
+	// changes log_format; it is called once the new configuration is in force. If nil,
+	// a reload that changes log_format is refused.
+	SetLogFormat func(format string)
 
 	redisPlansEvery time.Duration // tests: keys.redis_hash's period (redisPlansEvery)
 }
@@ -184,6 +192,10 @@ func (s *Server) banned(addr netip.Addr) bool { return s.box.Banned(addr) }
 
 // config returns the configuration in force.
 func (s *Server) config() *Config { return s.cfg.Load() }
+
+// Config returns the configuration in force: the one New was given, or the last one a
+// reload applied. It must not be modified.
+func (s *Server) Config() *Config { return s.config() }
 
 func (s *Server) newCerts(cfg *Config) (*certs.Store, error) {
 	pairs := make([]certs.Pair, len(cfg.TLS.Certificates))
@@ -495,8 +507,10 @@ func (s *Server) stop() {
 	}
 }
 
-// Reload re-reads what can change without a restart: the certificates and the keys
-// file. Whatever fails to load keeps its old value; the errors are returned joined.
+// Reload loads the configuration again (Options.Load, or the file it came from) and
+// applies it with the certificates and the keys file, as SIGHUP and POST
+// /api/v1/reload do. If anything is invalid, or a setting that needs a restart changed,
+// nothing changes and the error says what.
 func (s *Server) Reload() error {
 	return s.reloadConfig()
 }

@@ -27,7 +27,13 @@ func newGuard(c IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error)
 // newPenaltyBox builds the penalty box of the abuse: section; onBan runs for every new
 // ban made on this edge.
 func newPenaltyBox(cfg *Config, onBan func(limiter.Ban)) (*limiter.PenaltyBox, error) {
-	return limiter.NewPenaltyBox(limiter.PenaltyConfig{
+	return limiter.NewPenaltyBox(penaltyConfig(cfg, onBan))
+}
+
+// penaltyConfig translates the abuse: section, with the prefix lengths and the bound of
+// ip:.
+func penaltyConfig(cfg *Config, onBan func(limiter.Ban)) limiter.PenaltyConfig {
+	return limiter.PenaltyConfig{
 		Rejections: cfg.Abuse.Rejections,
 		Within:     cfg.Abuse.Within,
 		Ban:        cfg.Abuse.Ban,
@@ -36,7 +42,7 @@ func newPenaltyBox(cfg *Config, onBan func(limiter.Ban)) (*limiter.PenaltyBox, e
 		IPv6Prefix: cfg.IP.IPv6Prefix,
 		MaxTracked: cfg.IP.MaxTracked,
 		OnBan:      onBan,
-	})
+	}
 }
 
 // onBan drops a newly banned source everywhere it is still connected: its QUIC

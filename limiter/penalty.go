@@ -74,6 +74,8 @@ var (
 	// ErrBanListFull reports a ban that could not be recorded because MaxTracked bans
 	// are in force: a ban in force is never dropped to make room.
 	ErrBanListFull = errors.New("limiter: ban list full of bans in force")
+	// ErrPenaltyFixed reports a SetLimits change that only a new PenaltyBox can make.
+	ErrPenaltyFixed = errors.New("limiter: a penalty box's MaxTracked and prefix lengths cannot change")
 )
 
 // Validate reports the first field out of range, wrapping ErrPenaltyConfig.
@@ -194,8 +196,9 @@ type PenaltyStats struct {
 // room is the remembered one that would be forgotten soonest, never a ban in force. No
 // rejection count can displace a ban.
 type PenaltyBox struct {
+	// cfg is fixed but for Rejections, Within, Ban and MaxBan, which SetLimits changes
+	// under mu (Rejections and Within are read by Reject from its shard: limit, sub).
 	cfg PenaltyConfig
-	sub int64 // length of a counting sub-window, ns
 	now func() time.Time
 
 	counters []rejectShard
@@ -234,7 +237,6 @@ func NewPenaltyBox(cfg PenaltyConfig) (*PenaltyBox, error) {
 	}
 	p := &PenaltyBox{
 		cfg:      cfg,
-		sub:      int64(cfg.Within / subWindows),
 		now:      time.Now,
 		counters: make([]rejectShard, n),
 		ctrShift: uint(64 - bits.TrailingZeros(uint(n))),
@@ -248,9 +250,44 @@ func NewPenaltyBox(cfg PenaltyConfig) (*PenaltyBox, error) {
 			sh.max++
 		}
 		sh.index = make(map[addrKey]int32)
+		sh.limit, sh.sub = uint64(cfg.Rejections), int64(cfg.Within/subWindows)
 	}
 	p.clock.Store(p.now().UnixNano())
 	return p, nil
+}
+
+// SetLimits replaces Rejections, Within, Ban and MaxBan, keeping every ban and every
+// source's rejections: a lower Rejections bans at the next rejection a source already
+// over it; a new Within moves each count into the new sub-window that holds the start
+// of its old one, dropping those that fall out of the new window; Ban and MaxBan apply
+// to the bans made from now on (a ban in force keeps its end, a remembered one its
+// time to be forgotten). IPv4Prefix, IPv6Prefix and MaxTracked cannot change
+// (ErrPenaltyFixed); OnBan is ignored. Reject and Banned do not wait for it, but for
+// the lock of the part of the table it is moving at that moment.
+func (p *PenaltyBox) SetLimits(cfg PenaltyConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.IPv4Prefix != p.cfg.IPv4Prefix || cfg.IPv6Prefix != p.cfg.IPv6Prefix || cfg.MaxTracked != p.cfg.MaxTracked {
+		return ErrPenaltyFixed
+	}
+	p.mu.Lock()
+	p.cfg.Rejections, p.cfg.Within, p.cfg.Ban, p.cfg.MaxBan = cfg.Rejections, cfg.Within, cfg.Ban, cfg.MaxBan
+	p.mu.Unlock()
+	sub := int64(cfg.Within / subWindows)
+	for i := range p.counters {
+		sh := &p.counters[i]
+		sh.mu.Lock()
+		if sh.sub != sub {
+			for j := range sh.entries {
+				sh.entries[j].rebin(sh.sub, sub)
+			}
+		}
+		sh.limit, sh.sub = uint64(cfg.Rejections), sub
+		sh.mu.Unlock()
+	}
+	return nil
 }
 
 // Banned reports whether addr lies in a ban in force. It is meant for every datagram:
@@ -329,15 +366,15 @@ func (p *PenaltyBox) Reject(addr netip.Addr, now time.Time) (banned bool) {
 	}
 	k := p.source(a)
 	sh := &p.counters[k.addrKey.hash()>>p.ctrShift]
-	sub := floorDiv(t, p.sub)
 	sh.mu.Lock()
+	sub := floorDiv(t, sh.sub)
 	sh.rejections++
 	i, ok := sh.index[k.addrKey]
 	if !ok {
 		i = sh.add(k.addrKey, sub)
 	}
 	n := sh.entries[i].hit(sub)
-	over := n > uint64(p.cfg.Rejections)
+	over := n > sh.limit
 	if over {
 		sh.remove(i) // a banned source starts afresh when the ban ends
 	}
@@ -962,6 +999,12 @@ type rejectShard struct {
 	hand    int // where the next sweep or eviction looks
 	max     int
 
+	// limit is PenaltyConfig.Rejections and sub the length of a counting sub-window
+	// (Within/subWindows, ns): kept here so that Reject reads them under the lock it
+	// takes anyway, and SetLimits changes them with the counts they apply to.
+	limit uint64
+	sub   int64
+
 	rejections, evicted uint64
 	_                   [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -995,6 +1038,24 @@ func (c *rejectCount) hit(sub int64) uint64 {
 		sum += uint64(v)
 	}
 	return sum
+}
+
+// rebin moves c from sub-windows of from ns to sub-windows of to ns: each count goes to
+// the new sub-window holding the start of its old one, and counts older than the new
+// window ending with the last rejection are dropped.
+func (c *rejectCount) rebin(from, to int64) {
+	old := c.n
+	c.n = [subWindows]uint32{}
+	last := floorDiv(c.last*from, to)
+	for s := c.last - (subWindows - 1); s <= c.last; s++ {
+		ns := floorDiv(s*from, to)
+		if last-ns >= subWindows {
+			continue
+		}
+		i := ns & (subWindows - 1)
+		c.n[i] = uint32(min(uint64(c.n[i])+uint64(old[s&(subWindows-1)]), math.MaxUint32))
+	}
+	c.last = last
 }
 
 // live returns the rejections still inside the window that ends with sub-window sub.

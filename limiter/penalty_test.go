@@ -222,6 +222,90 @@ func TestPenaltyBanLength(t *testing.T) {
 	})
 }
 
+// TestPenaltySetLimits is a step table on instants t0+at: each step rejects src once,
+// or first sets the limits to cfg, and checks what Reject reports. Bans in force and
+// the rejections counted so far survive SetLimits; the new limits apply from the next
+// rejection on.
+func TestPenaltySetLimits(t *testing.T) {
+	src, other := ip("192.0.2.1"), ip("192.0.2.99")
+	start := PenaltyConfig{Rejections: 5, Within: 8 * time.Second, Ban: time.Minute, MaxBan: time.Hour}
+	type step struct {
+		at   time.Duration
+		set  *PenaltyConfig // SetLimits(*set) before rejecting
+		want bool           // Reject's answer
+	}
+	for _, tc := range []struct {
+		name    string
+		steps   []step
+		wantBan time.Duration // the length of src's ban, made at the last step
+	}{
+		{name: "lower rejections: the strikes count", steps: []step{
+			{at: 0}, {at: time.Second}, {at: 2 * time.Second},
+			{at: 3 * time.Second, set: &PenaltyConfig{Rejections: 3, Within: 8 * time.Second}, want: true},
+		}, wantBan: time.Minute},
+		{name: "higher rejections: no ban yet", steps: []step{
+			{at: 0}, {at: 0}, {at: 0}, {at: 0}, {at: 0},
+			{at: 0, set: &PenaltyConfig{Rejections: 6, Within: 8 * time.Second}},
+			{at: 0, want: true},
+		}, wantBan: time.Minute},
+		{name: "longer within keeps the counts", steps: []step{
+			{at: 0}, {at: time.Second}, {at: 2 * time.Second}, {at: 3 * time.Second},
+			{at: 4 * time.Second, set: &PenaltyConfig{Rejections: 5, Within: 16 * time.Second}},
+			{at: 12 * time.Second, want: true}, // 12 s after the first: inside 16 s, outside 8 s
+		}, wantBan: time.Minute},
+		{name: "shorter within drops the old counts", steps: []step{
+			{at: 0}, {at: 0}, {at: 0}, {at: 0},
+			{at: 3 * time.Second, set: &PenaltyConfig{Rejections: 1, Within: 2 * time.Second}},
+			{at: 3 * time.Second, want: true}, // the four at 0 fell out: 1, then 2 > 1
+		}, wantBan: time.Minute},
+		{name: "ban length", steps: []step{
+			{at: 0}, {at: 0}, {at: 0}, {at: 0}, {at: 0},
+			{at: 0, set: &PenaltyConfig{Rejections: 5, Within: 8 * time.Second, Ban: 5 * time.Minute}, want: true},
+		}, wantBan: 5 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var bans []Ban
+				cfg := start
+				cfg.OnBan = func(b Ban) { bans = append(bans, b) }
+				p := mustBox(t, cfg)
+				t0 := time.Now()
+				if err := p.Add(Ban{Prefix: netip.PrefixFrom(other, 32), Until: t0.Add(time.Hour)}); err != nil {
+					t.Fatal(err)
+				}
+				for i, s := range tc.steps {
+					now := t0.Add(s.at)
+					if s.set != nil {
+						if err := p.SetLimits(*s.set); err != nil {
+							t.Fatalf("step %d: SetLimits: %v", i, err)
+						}
+						if !p.Banned(other) {
+							t.Fatalf("step %d: SetLimits lifted a ban in force", i)
+						}
+					}
+					if got := p.Reject(src, now); got != s.want {
+						t.Fatalf("step %d: Reject at %v = %v, want %v", i, s.at, got, s.want)
+					}
+				}
+				last := t0.Add(tc.steps[len(tc.steps)-1].at)
+				if len(bans) != 2 || bans[1].Prefix != pfx("192.0.2.1/32") || bans[1].Until.Sub(last) != tc.wantBan {
+					t.Fatalf("bans %+v, want src's of %v", bans, tc.wantBan)
+				}
+			})
+		})
+	}
+
+	p := mustBox(t, start)
+	for _, c := range []PenaltyConfig{{IPv4Prefix: 24}, {IPv6Prefix: 48}, {MaxTracked: 10}} {
+		if err := p.SetLimits(c); !errors.Is(err, ErrPenaltyFixed) {
+			t.Errorf("SetLimits(%+v) = %v, want ErrPenaltyFixed", c, err)
+		}
+	}
+	if err := p.SetLimits(PenaltyConfig{Rejections: -1}); !errors.Is(err, ErrPenaltyConfig) {
+		t.Errorf("SetLimits with Rejections -1 = %v, want ErrPenaltyConfig", err)
+	}
+}
+
 // TestPenaltyTimer checks a ban ends on time with no call giving the box an instant:
 // the timer set for it moves the clock Banned reads.
 func TestPenaltyTimer(t *testing.T) {
@@ -503,7 +587,7 @@ func TestPenaltyEviction(t *testing.T) {
 			sh := &p.counters[0]
 			k := p.source(ip(a))
 			if i, ok := sh.index[k.addrKey]; ok {
-				return sh.entries[i].live(floorDiv(t0.UnixNano(), p.sub) + 9)
+				return sh.entries[i].live(floorDiv(t0.UnixNano(), sh.sub) + 9)
 			}
 			return 0
 		}
@@ -610,6 +694,9 @@ func penaltyRace(t *testing.T, ban, pause time.Duration) {
 					p.Apply(Ban{Prefix: pfx("2001:db8::/48"), Until: now.Add(ban)})
 					p.List(now)
 					p.Stats()
+					// Within alternates, so the counts move between sub-window lengths.
+					p.SetLimits(PenaltyConfig{Rejections: 4 + i/100%2, Within: time.Duration(10+i/100%2*10) * time.Second,
+						Ban: ban, MaxBan: 4 * ban, MaxTracked: 512})
 					time.Sleep(pause)
 				}
 			}

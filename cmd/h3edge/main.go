@@ -167,15 +167,17 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	var handler slog.Handler = slog.NewTextHandler(stderr, nil)
-	if cfg.LogFormat == "json" {
-		handler = slog.NewJSONHandler(stderr, nil)
-	}
+	// A reload may switch log_format: the handler in force is swapped under every
+	// logger made from log.
+	handler := newSwapHandler(newLogHandler(cfg.LogFormat, stderr))
 	log := slog.New(handler)
 	gogc, memLimit := tuneGC()
 
-	reload := func() (*edge.Config, error) { return loadConfig(*file, &o) }
-	srv, err := edge.New(cfg, edge.Options{Logger: log, Load: reload})
+	srv, err := edge.New(cfg, edge.Options{
+		Logger:       log,
+		Load:         func() (*edge.Config, error) { return loadConfig(*file, &o) },
+		SetLogFormat: func(format string) { handler.swap(newLogHandler(format, stderr)) },
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "h3edge:", err)
 		return 1
@@ -206,10 +208,12 @@ func serve(args []string, stderr io.Writer) int {
 	if memLimit != 0 {
 		attrs = append(attrs, "gomemlimit", memLimit)
 	}
-	log.Info("h3edge serving", attrs...)
-
+	// Signals are caught before the start-up line, which tells scripts the edge is up:
+	// a SIGHUP sent on seeing it must reload, not kill (SIGHUP's default action).
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	log.Info("h3edge serving", attrs...)
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
 	for {
@@ -228,8 +232,9 @@ func serve(args []string, stderr io.Writer) int {
 				}
 				continue
 			}
-			log.Info("shutting down", "signal", sig.String(), "timeout", cfg.ShutdownTimeout)
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			timeout := srv.Config().ShutdownTimeout // a reload may have changed it
+			log.Info("shutting down", "signal", sig.String(), "timeout", timeout)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			err := srv.Shutdown(ctx)
 			cancel()
 			<-errc

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +96,59 @@ func TestReloadUnderLoad(t *testing.T) {
 	if f := resp.Header.Get("RateLimit-Policy"); !strings.Contains(f, "q=1000009") {
 		t.Errorf("policy after the reloads: %q, want q=1000009", f)
 	}
+}
+
+// TestReloadLogFormatAndShutdownTimeout: SIGHUP with log_format: json in the file
+// switches the log to JSON, the edge's own logger (component=edge) included; the
+// shutdown_timeout the reload set bounds the drain of a request that never ends.
+func TestReloadLogFormatAndShutdownTimeout(t *testing.T) {
+	var held atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		<-r.Context().Done() // never answers
+	}))
+	t.Cleanup(up.Close)
+	file := filepath.Join(t.TempDir(), "h3edge.yaml")
+	write := func(extra string) {
+		os.WriteFile(file, []byte(roomyIP+"upstream: "+up.URL+"\n"+extra), 0o644)
+	}
+	write("shutdown_timeout: 60s\n")
+	p := startProc(t, nil, "-config", file)
+
+	write("log_format: json\nshutdown_timeout: 1s\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, p, `"msg":"configuration reloaded"`)
+	var line map[string]any
+	for l := range strings.SplitSeq(p.log(), "\n") {
+		if strings.Contains(l, `"msg":"configuration reloaded"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+		}
+	}
+	if line["component"] != "edge" || line["level"] != "INFO" {
+		t.Errorf("reload line %v, want the edge's logger in JSON", line)
+	}
+	waitLog(t, p, `"msg":"reloaded"`) // main's own logger too
+
+	go func() {
+		if resp, err := client(t, "h2").Get(p.url + "/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for held.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the upstream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	if code := p.stop(t, syscall.SIGTERM, 10*time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("exited %v after SIGTERM, want about the reloaded shutdown_timeout (1s), not 60s", d)
+	}
+	waitLog(t, p, `"msg":"shutting down"`)
 }
