@@ -1,35 +1,15 @@
 package edge
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLogComponentOnce: each log line names its component once — the certificate
 // store's lines say component=certs, not component=edge component=certs.
 func TestLogComponentOnce(t *testing.T) {
-	var buf lockedBuffer
+	var buf syncBuffer
 	cfg := Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = ""
