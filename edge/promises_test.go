@@ -1,0 +1,50 @@
+package edge
+
+import (
+	"encoding/json"
+	"io"
+	"testing"
+)
+
+// The tests of this file hold the README's promises about the public listeners: the
+// header read timeout on every protocol, the settings advertised, and the edge's own
+// answers (problem documents, counted, logged).
+
+// TestStats429CountsStreamRefusals: the dashboard's 429s are the stream budget's
+// prebuilt 429s too, the ones refused_streams_total counts, so both tell one story.
+func TestStats429CountsStreamRefusals(t *testing.T) {
+	e := startEdge(t, func(c *Config) { c.IP.Streams = Rate{Rate: 0.001, Burst: 2} })
+	for _, proto := range []string{"h2", "h1"} {
+		c := clientFor(t, proto)
+		for range 5 {
+			resp, err := c.Get(e.url + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	// Both protocols share 127.0.0.1's budget: 2 served, 8 prebuilt 429s.
+	refused := e.metrics.refusedStr[protoH1][reasonRate].Load() + e.metrics.refusedStr[protoH2][reasonRate].Load()
+	if refused != 8 {
+		t.Fatalf("refused_streams_total{proto=~h1|h2} = %d, want 8", refused)
+	}
+	resp, err := adminClient.Get("http://" + e.AdminAddr().String() + "/api/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st statsBody
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	var total, tooMany uint64
+	for _, p := range []string{"h1", "h2"} {
+		total += st.Requests[p]["total"]
+		tooMany += st.Requests[p]["429"]
+	}
+	if tooMany != refused || total != 10 {
+		t.Errorf("stats: %d 429s of %d requests, want %d of 10 (refused_streams_total)", tooMany, total, refused)
+	}
+}
