@@ -3,6 +3,10 @@ package edge
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +50,27 @@ func TestStats429CountsStreamRefusals(t *testing.T) {
 	}
 	if tooMany != refused || total != 10 {
 		t.Errorf("stats: %d 429s of %d requests, want %d of 10 (refused_streams_total)", tooMany, total, refused)
+	}
+}
+
+// TestUpstreamTLSFailureLogged: an https:// upstream whose certificate the edge does
+// not trust answers 502, and the log says why.
+func TestUpstreamTLSFailureLogged(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
+	var logs syncBuffer
+	e := startEdgeWith(t, func(c *Config) { c.Upstream = up.URL }, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for _, p := range protos {
+		resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/", nil, nil)
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %q %s, want a 502 problem", p.name, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, `msg="upstream exchange failed"`); n != len(protos) {
+		t.Errorf("%d upstream failures logged, want %d:\n%s", n, len(protos), out)
+	}
+	if !strings.Contains(out, `reason="x509: certificate signed by unknown authority"`) {
+		t.Errorf("the log does not name the TLS failure:\n%s", out)
 	}
 }

@@ -87,7 +87,9 @@ type Server struct {
 	metrics   *metrics
 	admin     *adminServer
 	rejectLog *sampler
-	held      heldUnits // concurrency units held now, per policy
+	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
+	upstreamLog *sampler
+	held        heldUnits // concurrency units held now, per policy
 
 	tcpLn   net.Listener
 	udpConn *net.UDPConn
@@ -155,6 +157,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	}
 	s.metrics.bans = boxBans{s}
 	s.rejectLog = newSampler(10)
+	s.upstreamLog = newSampler(10)
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
 	}
@@ -323,7 +326,7 @@ func (s *Server) Serve() error {
 		},
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState:   s.connState,
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return withConnMemo(ctx) },
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return s.connContext(ctx) },
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -347,7 +350,7 @@ func (s *Server) Serve() error {
 		MaxHeaderBytes: maxHeaderBytes,
 		IdleTimeout:    idleTimeout,
 		Logger:         s.log,
-		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return withConnMemo(ctx) },
+		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
 	s.h12 = h12
 	s.mu.Unlock()
