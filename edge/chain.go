@@ -63,11 +63,12 @@ func tooEarly(next http.Handler) http.Handler {
 	})
 }
 
-// headerLimit answers 431 to an HTTP/1.1 or HTTP/2 request whose header section is
-// larger than maxHeaderBytes (HTTP/3 enforces the same limit in quic-go).
+// headerLimit answers 431 to a request whose header section is larger than
+// maxHeaderBytes, on every protocol: the servers beneath read up to
+// parseMaxHeaderBytes, so the answer is a problem document and requests_total counts it.
 func headerLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor < 3 && headerSize(r) > maxHeaderBytes {
+		if headerSize(r) > maxHeaderBytes {
 			writeProblem(w, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
 				"the request's header section is larger than 64 KiB")
 			return
@@ -76,8 +77,8 @@ func headerLimit(next http.Handler) http.Handler {
 	})
 }
 
-// headerSize is the size of the header section as HTTP/2 counts it (RFC 9113 §6.5.2):
-// name and value lengths plus 32 per field.
+// headerSize is the size of the header section as HTTP/2 and HTTP/3 count it (RFC 9113
+// §6.5.2, RFC 9114 §4.2.2): name and value lengths plus 32 per field.
 func headerSize(r *http.Request) int {
 	n := len(r.Method) + len(r.Host) + len(r.RequestURI) + 3*32
 	for k, vs := range r.Header {

@@ -33,11 +33,13 @@ const (
 	// maxHeaderBytes caps a request's header section on every protocol; larger requests
 	// get 431. API requests need far less; QPACK and HPACK blow-ups need it bounded.
 	maxHeaderBytes = 64 << 10
-	// tcpMaxHeaderBytes is what net/http reads before giving up. It is larger than
-	// maxHeaderBytes because Go's HTTP/2 server answers a header section over its limit
-	// with a connection error (its CONTINUATION-flood defence) instead of 431: reading up
-	// to 256 KiB lets headerLimit answer 431 for sections in between.
-	tcpMaxHeaderBytes = 256 << 10
+	// parseMaxHeaderBytes is what net/http and quic-go read before giving up. It is
+	// larger than maxHeaderBytes because their own answers to a header section over
+	// their limit are not ours: Go's HTTP/2 server answers with a connection error (its
+	// CONTINUATION-flood defence), quic-go with a bare 431 that no handler sees (no
+	// problem document, not counted). Reading up to 256 KiB lets headerLimit answer a
+	// counted 431 problem document for sections in between.
+	parseMaxHeaderBytes = 256 << 10
 	// readHeaderTimeout bounds slowloris on HTTP/1.1 and the first request on HTTP/2.
 	readHeaderTimeout = 10 * time.Second
 	// idleTimeout closes idle TCP and QUIC connections.
@@ -317,7 +319,7 @@ func (s *Server) Serve() error {
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    tcpMaxHeaderBytes,
+		MaxHeaderBytes:    parseMaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: s.config().IP.MaxStreamsPerConnection,
 			// 16 KiB is the protocol's initial value; net/http's larger default fails an
@@ -347,7 +349,7 @@ func (s *Server) Serve() error {
 	s.h3 = &http3.Server{
 		Handler:        s.handler,
 		QUICConfig:     qconf,
-		MaxHeaderBytes: maxHeaderBytes,
+		MaxHeaderBytes: parseMaxHeaderBytes,
 		IdleTimeout:    idleTimeout,
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
