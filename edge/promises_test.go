@@ -1,13 +1,22 @@
 package edge
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/http2"
 )
 
 // The tests of this file hold the README's promises about the public listeners: the
@@ -95,4 +104,89 @@ func TestHeader431ProblemEachProtocol(t *testing.T) {
 			}
 		})
 	}
+}
+
+// h2Dial opens a TLS connection that speaks HTTP/2 (ALPN h2), sends the preface and an
+// empty SETTINGS frame, and returns a framer on it.
+func h2Dial(t testing.TB, addr string) (*tls.Conn, *http2.Framer) {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q, want h2", p)
+	}
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return conn, fr
+}
+
+// TestSettingsAdvertised: what each protocol advertises about extended CONNECT, and
+// what an extended CONNECT gets. HTTP/2 does not advertise it. quic-go advertises it on
+// HTTP/3 whatever the server asks (http3.Server.settings), so an extended CONNECT
+// arrives: it gets a 501 problem document and never reaches the upstream, where it
+// used to be forwarded as a plain CONNECT and answered 400.
+func TestSettingsAdvertised(t *testing.T) {
+	var upstreamSaw atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { upstreamSaw.Add(1) }))
+	t.Cleanup(up.Close)
+	e := startEdge(t, func(c *Config) { c.Upstream = up.URL })
+
+	t.Run("h2", func(t *testing.T) {
+		conn, fr := h2Dial(t, e.Addr().String())
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sf, ok := f.(*http2.SettingsFrame)
+			if !ok || sf.IsAck() {
+				continue
+			}
+			if v, ok := sf.Value(http2.SettingEnableConnectProtocol); ok {
+				t.Errorf("HTTP/2 advertises SETTINGS_ENABLE_CONNECT_PROTOCOL=%d", v)
+			}
+			return
+		}
+	})
+
+	t.Run("h3", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		qc, err := quic.DialAddr(ctx, e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer qc.CloseWithError(0, "")
+		cc := (&http3.Transport{}).NewClientConn(qc)
+		select {
+		case <-cc.ReceivedSettings():
+		case <-ctx.Done():
+			t.Fatal("no SETTINGS from the server")
+		}
+		t.Logf("HTTP/3 SETTINGS_ENABLE_CONNECT_PROTOCOL: %v (quic-go's, not configurable)", cc.Settings().EnableExtendedConnect)
+		u, _ := url.Parse(e.url + "/chat")
+		req := (&http.Request{Method: http.MethodConnect, URL: u, Proto: "websocket", Host: u.Host,
+			Header: http.Header{"Sec-Websocket-Version": {"13"}}}).WithContext(ctx)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotImplemented || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("extended CONNECT: %d %q %s, want a 501 problem document", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+		if n := upstreamSaw.Load(); n != 0 {
+			t.Errorf("the upstream saw %d requests, want none", n)
+		}
+	})
 }
