@@ -1,11 +1,15 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +21,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // The tests of this file hold the README's promises about the public listeners: the
@@ -189,4 +194,153 @@ func TestSettingsAdvertised(t *testing.T) {
 			t.Errorf("the upstream saw %d requests, want none", n)
 		}
 	})
+}
+
+// headerTimeoutSlack is how much later than the header read timeout a connection may
+// close: the README promises 10 s, the acceptance ≤ 11 s.
+const headerTimeoutSlack = time.Second
+
+// checkClosedIn reports whether a connection closed within [d, d+headerTimeoutSlack]
+// after start: closed is when the client saw it close.
+func checkClosedIn(t testing.TB, start, closed time.Time, d time.Duration) {
+	t.Helper()
+	took := closed.Sub(start)
+	t.Logf("closed %v after the header section began (timeout %v)", took.Round(time.Millisecond), d)
+	if took < d-50*time.Millisecond || took > d+headerTimeoutSlack {
+		t.Errorf("closed after %v, want within %v of %v", took, headerTimeoutSlack, d)
+	}
+}
+
+// TestHeaderTimeoutH2 sends a HEADERS frame without END_HEADERS, then a CONTINUATION
+// every 2 s that never ends the section either: the connection must close at the
+// header read timeout — the real 10 s here, with nothing shortened.
+func TestHeaderTimeoutH2(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, nil)
+	conn, fr := h2Dial(t, e.Addr().String())
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	field := func(name, value string) []byte {
+		buf.Reset()
+		enc.WriteField(hpack.HeaderField{Name: name, Value: value})
+		return append([]byte(nil), buf.Bytes()...)
+	}
+	var block []byte
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "127.0.0.1"}, {":path", "/"}} {
+		block = append(block, field(f[0], f[1])...)
+	}
+	start := time.Now()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			// The framer is not safe for concurrent use, but only this goroutine writes.
+			if fr.WriteContinuation(1, false, field(fmt.Sprintf("x-slow-%d", i), "v")) != nil {
+				return
+			}
+		}
+	}()
+	conn.SetReadDeadline(time.Now().Add(readHeaderTimeout + 5*time.Second))
+	for {
+		if _, err := fr.ReadFrame(); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the connection is still open %v after HEADERS", time.Since(start).Round(time.Millisecond))
+			}
+			checkClosedIn(t, start, time.Now(), readHeaderTimeout)
+			return
+		}
+	}
+}
+
+// TestHeaderTimeoutH1 sends a request line and one header line every 300 ms, never the
+// empty line that ends the section (the timeout shortened through Options).
+func TestHeaderTimeoutH1(t *testing.T) {
+	const d = 2 * time.Second
+	e := startEdgeWith(t, nil, Options{headerTimeout: d})
+	conn, err := tls.Dial("tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := fmt.Fprintf(conn, "X-Slow-%d: v\r\n", i); err != nil {
+				return
+			}
+		}
+	}()
+	conn.SetReadDeadline(time.Now().Add(d + 5*time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection is still open %v after the request line", time.Since(start).Round(time.Millisecond))
+	}
+	checkClosedIn(t, start, time.Now(), d)
+}
+
+// TestH2HeaderGuardFollow: the guard's frame state, whatever the reads' sizes: a header
+// section is pending from its HEADERS frame's header to the end of the frame that
+// carries END_HEADERS.
+func TestH2HeaderGuardFollow(t *testing.T) {
+	frame := func(typ, flags byte, n int) []byte {
+		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, 0, 0, 0, 1}, make([]byte, n)...)
+	}
+	var stream []byte
+	var want []bool // pending once stream[:i+1] is read
+	// add appends a frame: pending before its header is complete, within it, after it.
+	add := func(b []byte, before, within, after bool) {
+		stream = append(stream, b...)
+		for j := range len(b) {
+			switch {
+			case j == len(b)-1:
+				want = append(want, after)
+			case j < h2FrameHeaderLen-1:
+				want = append(want, before)
+			default:
+				want = append(want, within)
+			}
+		}
+	}
+	add([]byte(http2.ClientPreface), false, false, false)
+	add(frame(0x4, 0, 6), false, false, false)                              // SETTINGS
+	add(frame(h2FrameHeaders, h2FlagEndHeaders, 5), false, true, false)     // one-frame section
+	add(frame(0x0, 0, 4), false, false, false)                              // DATA
+	add(frame(h2FrameHeaders, 0, 3), false, true, true)                     // a section begins…
+	add(frame(h2FrameContinuation, 0, 0), true, true, true)                 // …goes on (empty)…
+	add(frame(h2FrameContinuation, h2FlagEndHeaders, 2), true, true, false) // …and ends
+	add(frame(h2FrameHeaders, h2FlagEndHeaders, 0), false, false, false)    // an empty one-frame section
+	for size := 1; size <= len(stream); size++ {
+		g := &h2HeaderGuard{skip: h2PrefaceLen}
+		for i := 0; i < len(stream); i += size {
+			end := min(i+size, len(stream))
+			g.follow(stream[i:end])
+			if g.pending != want[end-1] {
+				t.Fatalf("reads of %d bytes: pending = %v after byte %d, want %v", size, g.pending, end, want[end-1])
+			}
+		}
+	}
 }

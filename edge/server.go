@@ -40,7 +40,8 @@ const (
 	// problem document, not counted). Reading up to 256 KiB lets headerLimit answer a
 	// counted 431 problem document for sections in between.
 	parseMaxHeaderBytes = 256 << 10
-	// readHeaderTimeout bounds slowloris on HTTP/1.1 and the first request on HTTP/2.
+	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
+	// this long after it began is ended, on every protocol (headertimeout.go).
 	readHeaderTimeout = 10 * time.Second
 	// idleTimeout closes idle TCP and QUIC connections.
 	idleTimeout = 120 * time.Second
@@ -128,6 +129,15 @@ type Options struct {
 	Load func() (*Config, error)
 
 	redisPlansEvery time.Duration // tests: keys.redis_hash's period (redisPlansEvery)
+	headerTimeout   time.Duration // tests: the header read timeout; zero: readHeaderTimeout
+}
+
+// headerTimeout is the header read timeout in force (Options.headerTimeout).
+func (s *Server) headerTimeout() time.Duration {
+	if d := s.opts.headerTimeout; d > 0 {
+		return d
+	}
+	return readHeaderTimeout
 }
 
 // New builds a server from a validated configuration. It loads the certificates but opens
@@ -317,7 +327,7 @@ func (s *Server) Serve() error {
 	h12 := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    parseMaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
@@ -368,7 +378,8 @@ func (s *Server) Serve() error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
 	go func() {
-		errc <- h12.Serve(tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, h12.TLSConfig))
+		ln := tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, h12.TLSConfig)
+		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
