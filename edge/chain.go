@@ -29,6 +29,9 @@ func (s *Server) track(next http.Handler) http.Handler {
 		if r.ProtoMajor >= 2 {
 			growStack()
 		}
+		if r.ProtoMajor == 3 {
+			liftReadDeadline(w)
+		}
 		next.ServeHTTP(w, r)
 	})
 }

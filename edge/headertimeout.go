@@ -10,7 +10,7 @@ import (
 // section is not complete within it is ended. HTTP/1.1 has net/http's ReadHeaderTimeout.
 // Go's HTTP/2 server bounds only the first request that way, so h2HeaderGuard watches the
 // frames on the connection. HTTP/3 streams get a read deadline before quic-go reads their
-// HEADERS frame (serveH3Conn).
+// HEADERS frame (h3Serve).
 
 // HTTP/2 frame types and flags the guard reads (RFC 9113 §6).
 const (

@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -342,5 +344,73 @@ func TestH2HeaderGuardFollow(t *testing.T) {
 				t.Fatalf("reads of %d bytes: pending = %v after byte %d, want %v", size, g.pending, end, want[end-1])
 			}
 		}
+	}
+}
+
+// TestHeaderTimeoutH3 opens a request stream and sends half a HEADERS frame: the stream
+// must be ended at the header read timeout (shortened through Options, the code path
+// of the real one).
+func TestHeaderTimeoutH3(t *testing.T) {
+	const d = 2 * time.Second
+	e := startEdgeWith(t, nil, Options{headerTimeout: d})
+	ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	// The control stream with an empty SETTINGS frame, as a client opens it.
+	ctrl, err := conn.OpenUniStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctrl.Write([]byte{0x00, 0x04, 0x00}); err != nil {
+		t.Fatal(err)
+	}
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields bytes.Buffer
+	enc := qpack.NewEncoder(&fields)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "127.0.0.1"}, {":path", "/"}} {
+		enc.WriteField(qpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	frame := quicvarint.Append(nil, 0x01) // HEADERS
+	frame = quicvarint.Append(frame, uint64(fields.Len()))
+	frame = append(frame, fields.Bytes()[:fields.Len()/2]...)
+	start := time.Now()
+	if _, err := str.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	str.SetReadDeadline(time.Now().Add(d + 5*time.Second))
+	_, err = str.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the stream is still open %v after half a HEADERS frame", time.Since(start).Round(time.Millisecond))
+	}
+	var se *quic.StreamError
+	if !errors.As(err, &se) || se.ErrorCode != quic.StreamErrorCode(http3.ErrCodeRequestIncomplete) {
+		t.Errorf("stream ended with %v, want H3_REQUEST_INCOMPLETE", err)
+	}
+	checkClosedIn(t, start, time.Now(), d)
+	// The connection serves on.
+	if code := rawH3Request(t, ctx, conn, "GET", "127.0.0.1", "/"); code != 200 {
+		t.Errorf("after the timeout: %d", code)
+	}
+
+	// The deadline bounds the header section only: a body may take longer.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte("early "))
+		time.Sleep(d + 500*time.Millisecond) // the body's pace, not synchronisation
+		pw.Write([]byte("late"))
+		pw.Close()
+	}()
+	var reply demoReply
+	req, _ := http.NewRequest("POST", e.url+"/", pr)
+	if resp := getJSON(t, clientFor(t, "h3"), req, &reply); resp.StatusCode != 200 || reply.BodyBytes != int64(len("early late")) {
+		t.Errorf("a slow body: %d, %d bytes read, want 200 and %d", resp.StatusCode, reply.BodyBytes, len("early late"))
 	}
 }

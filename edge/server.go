@@ -99,6 +99,7 @@ type Server struct {
 	quicTr  *quic.Transport
 	quicLn  *quic.EarlyListener
 	h3      *http3.Server
+	h3s     *h3Serve // serves h3's connections (h3serve.go)
 	h12     *http.Server
 
 	// inflight counts requests being handled, on all protocols.
@@ -364,6 +365,7 @@ func (s *Server) Serve() error {
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
+	s.h3s = newH3Serve(s.h3, s.headerTimeout(), s.log)
 	s.h12 = h12
 	s.mu.Unlock()
 
@@ -376,7 +378,7 @@ func (s *Server) Serve() error {
 	go s.watchFiles(s.done)
 	go s.runKernelBans(s.done)
 	errc := make(chan error, 2)
-	go func() { errc <- s.h3.ServeListener(s.guard.Listener(ln)) }()
+	go func() { errc <- s.h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
 		ln := tls.NewListener(guardedListener{Listener: s.tcpLn, s: s}, h12.TLSConfig)
 		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
@@ -393,12 +395,13 @@ func (s *Server) Serve() error {
 	return http.ErrServerClosed
 }
 
-// Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and HTTP/3, and waits for
-// in-flight requests until ctx ends; then it closes what is left.
+// Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and refuses new streams
+// on HTTP/3 (no GOAWAY there: see h3Serve), and waits for in-flight requests until ctx
+// ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12 := s.h3, s.h12
+	h3, h12 := s.h3s, s.h12
 	s.mu.Unlock()
 	if h3 == nil {
 		return errors.Join(s.admin.shutdown(ctx), s.closeSockets())
@@ -406,7 +409,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var err3, err12 error
 	h3done, h12done := make(chan struct{}), make(chan struct{})
-	wg.Go(func() { err3 = h3.Shutdown(ctx); close(h3done) })
+	wg.Go(func() { err3 = h3.shutdown(ctx); close(h3done) })
 	wg.Go(func() { err12 = h12.Shutdown(ctx); close(h12done) })
 	// Clients may keep a connection open after GOAWAY (HTTP/3), and net/http's HTTP/2
 	// now and then keeps waiting on an idle connection until the timeout (2 of 80
@@ -432,7 +435,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				case quietSince.IsZero():
 					quietSince = now
 				case now.Sub(quietSince) >= shutdownLinger:
-					h3.Close()
+					h3.close()
 					h12.Close()
 					return
 				}
@@ -461,11 +464,12 @@ const shutdownLinger = 250 * time.Millisecond
 func (s *Server) Close() error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12 := s.h3, s.h12
+	h3, h12 := s.h3s, s.h12
 	s.mu.Unlock()
 	var errs []error
 	if h3 != nil {
-		errs = append(errs, h3.Close(), h12.Close())
+		h3.close()
+		errs = append(errs, h12.Close())
 	}
 	errs = append(errs, s.admin.close(), s.closeSockets())
 	return errors.Join(errs...)
