@@ -495,7 +495,10 @@ func (a *admin) top(w http.ResponseWriter, r *http.Request) {
 type statsBody struct {
 	Time time.Time `json:"time"`
 	// Requests counts answered requests by protocol: total and by status class, with
-	// 429 apart from the other 4xx.
+	// 429 apart from the other 4xx. The stream budget's prebuilt 429s on HTTP/1.1 and
+	// HTTP/2 are answers too: they are in total and 429 here, as in
+	// refused_streams_total (not in requests_total). HTTP/3 refusals are stream
+	// resets, not 429s: they are in transport.refused_streams only.
 	Requests  map[string]map[string]uint64 `json:"requests"`
 	Inflight  int64                        `json:"inflight"`
 	Decisions []decisionRow                `json:"decisions"`
@@ -544,6 +547,14 @@ func (a *admin) stats(w http.ResponseWriter, r *http.Request) {
 			case code >= 200:
 				c[strconv.Itoa(code/100)+"xx"] += v
 			}
+		}
+		if p != protoH3 {
+			var refused uint64
+			for r := range m.refusedStr[p] {
+				refused += m.refusedStr[p][r].Load()
+			}
+			c["total"] += refused
+			c["429"] += refused
 		}
 		b.Requests[protoNames[p]] = c
 	}

@@ -11,6 +11,7 @@ import (
 func (s *Server) chain(origin http.Handler) http.Handler {
 	h := origin
 	h = s.enforce(h)
+	h = extendedConnect(h)
 	h = tooEarly(h)
 	h = headerLimit(h)
 	h = s.altSvc(h)
@@ -27,6 +28,9 @@ func (s *Server) track(next http.Handler) http.Handler {
 		defer s.inflight.Add(-1)
 		if r.ProtoMajor >= 2 {
 			growStack()
+		}
+		if r.ProtoMajor == 3 {
+			liftReadDeadline(w)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -63,11 +67,29 @@ func tooEarly(next http.Handler) http.Handler {
 	})
 }
 
-// headerLimit answers 431 to an HTTP/1.1 or HTTP/2 request whose header section is
-// larger than maxHeaderBytes (HTTP/3 enforces the same limit in quic-go).
+// extendedConnect answers 501 to an extended CONNECT (RFC 8441 on HTTP/2, RFC 9220 on
+// HTTP/3: WebSocket and the like over one stream), before any policy: the proxy would
+// forward it as a plain CONNECT, which the upstream refuses. quic-go v0.65 advertises
+// SETTINGS_ENABLE_CONNECT_PROTOCOL on every HTTP/3 connection with no way to turn it
+// off (http3.Server.settings), so clients send such requests; HTTP/2 advertises it
+// only when GODEBUG has http2xconnect=1.
+func extendedConnect(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect && (r.ProtoMajor == 3 && r.Proto != "HTTP/3.0" || r.Header[":protocol"] != nil) {
+			writeProblem(w, http.StatusNotImplemented, "Not Implemented",
+				"extended CONNECT is not supported: WebSocket passes through on HTTP/1.1 (Upgrade) only")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// headerLimit answers 431 to a request whose header section is larger than
+// maxHeaderBytes, on every protocol: the servers beneath read up to
+// parseMaxHeaderBytes, so the answer is a problem document and requests_total counts it.
 func headerLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor < 3 && headerSize(r) > maxHeaderBytes {
+		if headerSize(r) > maxHeaderBytes {
 			writeProblem(w, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
 				"the request's header section is larger than 64 KiB")
 			return
@@ -76,8 +98,8 @@ func headerLimit(next http.Handler) http.Handler {
 	})
 }
 
-// headerSize is the size of the header section as HTTP/2 counts it (RFC 9113 §6.5.2):
-// name and value lengths plus 32 per field.
+// headerSize is the size of the header section as HTTP/2 and HTTP/3 count it (RFC 9113
+// §6.5.2, RFC 9114 §4.2.2): name and value lengths plus 32 per field.
 func headerSize(r *http.Request) int {
 	n := len(r.Method) + len(r.Host) + len(r.RequestURI) + 3*32
 	for k, vs := range r.Header {

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -55,8 +56,9 @@ func newProxy(target *url.URL, trusted []netip.Prefix, timeout time.Duration) *h
 	}
 }
 
-// proxyError maps a failed upstream exchange to 504 (timeout) or 502 (anything else). A
-// client that went away gets nothing: there is nobody to answer.
+// proxyError maps a failed upstream exchange to 504 (timeout) or 502 (anything else),
+// and logs why (sampled: a dead upstream fails every request). A client that went away
+// gets nothing: there is nobody to answer.
 func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return
@@ -68,9 +70,47 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")
+		serverOf(r).logUpstreamError(r, http.StatusGatewayTimeout, err)
 		return
 	}
 	writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached")
+	serverOf(r).logUpstreamError(r, http.StatusBadGateway, err)
+}
+
+// serverKey is the context key of the Server a connection came to.
+type serverKey struct{}
+
+// connContext is the context of a new connection to s, on every protocol: its memo
+// (connMemo) and s itself, for what runs outside the server's reach, such as the
+// proxy's error handler (buildOrigin makes it from the configuration alone).
+func (s *Server) connContext(ctx context.Context) context.Context {
+	return context.WithValue(withConnMemo(ctx), serverKey{}, s)
+}
+
+// serverOf returns the Server r came to, or nil (a handler driven directly by a test).
+func serverOf(r *http.Request) *Server {
+	s, _ := r.Context().Value(serverKey{}).(*Server)
+	return s
+}
+
+// logUpstreamError logs a failed upstream exchange answered with status, at most a few
+// lines a second. A failed TLS verification names its reason ("x509: certificate
+// signed by unknown authority"), the cause an operator otherwise has no way to see.
+func (s *Server) logUpstreamError(r *http.Request, status int, err error) {
+	if s == nil {
+		return
+	}
+	ok, suppressed := s.upstreamLog.allow(time.Now())
+	if !ok {
+		return
+	}
+	reason := err.Error()
+	var cve *tls.CertificateVerificationError
+	if errors.As(err, &cve) && cve.Err != nil {
+		reason = cve.Err.Error()
+	}
+	s.log.Warn("upstream exchange failed", "status", status, "method", r.Method, "path", r.URL.Path,
+		"reason", reason, "error", err, "suppressed", suppressed)
 }
 
 func joinComma(vs []string) string {

@@ -33,12 +33,15 @@ const (
 	// maxHeaderBytes caps a request's header section on every protocol; larger requests
 	// get 431. API requests need far less; QPACK and HPACK blow-ups need it bounded.
 	maxHeaderBytes = 64 << 10
-	// tcpMaxHeaderBytes is what net/http reads before giving up. It is larger than
-	// maxHeaderBytes because Go's HTTP/2 server answers a header section over its limit
-	// with a connection error (its CONTINUATION-flood defence) instead of 431: reading up
-	// to 256 KiB lets headerLimit answer 431 for sections in between.
-	tcpMaxHeaderBytes = 256 << 10
-	// readHeaderTimeout bounds slowloris on HTTP/1.1 and the first request on HTTP/2.
+	// parseMaxHeaderBytes is what net/http and quic-go read before giving up. It is
+	// larger than maxHeaderBytes because their own answers to a header section over
+	// their limit are not ours: Go's HTTP/2 server answers with a connection error (its
+	// CONTINUATION-flood defence), quic-go with a bare 431 that no handler sees (no
+	// problem document, not counted). Reading up to 256 KiB lets headerLimit answer a
+	// counted 431 problem document for sections in between.
+	parseMaxHeaderBytes = 256 << 10
+	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
+	// this long after it began is ended, on every protocol (headertimeout.go).
 	readHeaderTimeout = 10 * time.Second
 	// idleTimeout closes idle TCP and QUIC connections.
 	idleTimeout = 120 * time.Second
@@ -88,7 +91,9 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics
 	rejectLog *sampler
-	held      heldUnits // concurrency units held now, per policy
+	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
+	upstreamLog *sampler
+	held        heldUnits // concurrency units held now, per policy
 
 	// inflight counts requests being handled, on all protocols.
 	inflight atomic.Int64
@@ -109,7 +114,7 @@ type Server struct {
 	admin    *adminServer // nil when admin is off
 	quicTr   *quic.Transport
 	quicLn   *quic.EarlyListener
-	h3       *http3.Server
+	h3s      *h3Serve // serves HTTP/3's connections (h3serve.go)
 	h12      *http.Server
 	shutdown bool
 
@@ -135,6 +140,15 @@ type Options struct {
 	SetLogFormat func(format string)
 
 	redisPlansEvery time.Duration // tests: keys.redis_hash's period (redisPlansEvery)
+	headerTimeout   time.Duration // tests: the header read timeout; zero: readHeaderTimeout
+}
+
+// headerTimeout is the header read timeout in force (Options.headerTimeout).
+func (s *Server) headerTimeout() time.Duration {
+	if d := s.opts.headerTimeout; d > 0 {
+		return d
+	}
+	return readHeaderTimeout
 }
 
 // New builds a server from a validated configuration. It loads the certificates but opens
@@ -166,6 +180,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	}
 	s.metrics.bans = boxBans{s}
 	s.rejectLog = newSampler(10)
+	s.upstreamLog = newSampler(10)
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
 	}
@@ -354,9 +369,9 @@ func (s *Server) Serve() error {
 	h12 := &http.Server{
 		Handler:           s.handler,
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    tcpMaxHeaderBytes,
+		MaxHeaderBytes:    parseMaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: s.config().IP.MaxStreamsPerConnection,
 			// 16 KiB is the protocol's initial value; net/http's larger default fails an
@@ -365,7 +380,7 @@ func (s *Server) Serve() error {
 		},
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState:   s.connState,
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return withConnMemo(ctx) },
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return s.connContext(ctx) },
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -386,12 +401,13 @@ func (s *Server) Serve() error {
 	h3 := &http3.Server{
 		Handler:        s.handler,
 		QUICConfig:     qconf,
-		MaxHeaderBytes: maxHeaderBytes,
+		MaxHeaderBytes: parseMaxHeaderBytes,
 		IdleTimeout:    idleTimeout,
 		Logger:         s.log,
-		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return withConnMemo(ctx) },
+		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
-	s.h3, s.h12 = h3, h12
+	h3s := newH3Serve(h3, s.headerTimeout(), s.log)
+	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
 	go s.metrics.run(s.done)
@@ -403,9 +419,10 @@ func (s *Server) Serve() error {
 	go s.watchFiles(s.done)
 	go s.runKernelBans(s.done)
 	errc := make(chan error, 2)
-	go func() { errc <- h3.ServeListener(s.guard.Listener(ln)) }()
+	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
-		errc <- h12.Serve(tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig))
+		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
+		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
@@ -419,12 +436,13 @@ func (s *Server) Serve() error {
 	return http.ErrServerClosed
 }
 
-// Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and HTTP/3, and waits for
-// in-flight requests until ctx ends; then it closes what is left.
+// Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and refuses new streams
+// on HTTP/3 (no GOAWAY there: see h3Serve), and waits for in-flight requests until ctx
+// ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12, quicLn, adm := s.h3, s.h12, s.quicLn, s.admin
+	h3, h12, quicLn, adm := s.h3s, s.h12, s.quicLn, s.admin
 	s.mu.Unlock()
 	if h3 == nil {
 		return errors.Join(adm.shutdown(ctx), s.closeSockets())
@@ -432,9 +450,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var err3, err12 error
 	h3done, h12done := make(chan struct{}), make(chan struct{})
-	wg.Go(func() { err3 = h3.Shutdown(ctx); close(h3done) })
+	wg.Go(func() { err3 = h3.shutdown(ctx); close(h3done) })
 	wg.Go(func() { err12 = h12.Shutdown(ctx); close(h12done) })
-	// Clients may keep a connection open after GOAWAY (HTTP/3), and net/http's HTTP/2
+	// HTTP/3 clients may keep a connection open after its streams are refused, and net/http's HTTP/2
 	// now and then keeps waiting on an idle connection until the timeout (2 of 80
 	// shutdowns under load here): once no request has been in flight for a moment,
 	// there is nothing left to wait for, so close what remains. The moment matters: a
@@ -458,7 +476,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				case quietSince.IsZero():
 					quietSince = now
 				case now.Sub(quietSince) >= shutdownLinger:
-					h3.Close()
+					h3.close()
 					h12.Close()
 					return
 				}
@@ -487,11 +505,12 @@ const shutdownLinger = 250 * time.Millisecond
 func (s *Server) Close() error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12, adm := s.h3, s.h12, s.admin
+	h3, h12, adm := s.h3s, s.h12, s.admin
 	s.mu.Unlock()
 	var errs []error
 	if h3 != nil {
-		errs = append(errs, h3.Close(), h12.Close())
+		h3.close()
+		errs = append(errs, h12.Close())
 	}
 	errs = append(errs, adm.close(), s.closeSockets())
 	return errors.Join(errs...)

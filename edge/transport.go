@@ -171,6 +171,9 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	if st != http.StateClosed && st != http.StateHijacked {
 		return
 	}
+	if g, ok := c.(*h2HeaderGuard); ok {
+		c = g.Conn
+	}
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}

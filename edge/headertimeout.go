@@ -1,0 +1,122 @@
+package edge
+
+import (
+	"crypto/tls"
+	"net"
+	"time"
+)
+
+// The header read timeout (readHeaderTimeout) on every protocol: a request whose header
+// section is not complete within it is ended. HTTP/1.1 has net/http's ReadHeaderTimeout.
+// Go's HTTP/2 server bounds only the first request that way, so h2HeaderGuard watches the
+// frames on the connection. HTTP/3 streams get a read deadline before quic-go reads their
+// HEADERS frame (h3Serve).
+
+// HTTP/2 frame types and flags the guard reads (RFC 9113 §6).
+const (
+	h2FrameHeaders      = 0x1
+	h2FrameContinuation = 0x9
+	h2FlagEndHeaders    = 0x4
+	h2FrameHeaderLen    = 9
+	h2PrefaceLen        = 24 // "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+)
+
+// headerGuardListener hands the HTTP server TLS connections that end an HTTP/2 header
+// section still incomplete after timeout.
+type headerGuardListener struct {
+	net.Listener // yields *tls.Conn
+	timeout      time.Duration
+}
+
+func (l headerGuardListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return c, nil
+	}
+	return &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}, nil
+}
+
+// h2HeaderGuard is a TLS connection that follows the HTTP/2 frames read from it: from
+// the first byte of a HEADERS frame to the end of the frame that carries END_HEADERS,
+// a header section is pending, and the connection's read deadline is when it started
+// plus timeout; past it the read fails and the HTTP/2 server closes the connection.
+// Go's HTTP/2 server sets no read deadline of its own (it keeps its timeouts in
+// timers), so the deadline is the guard's. It costs a few comparisons per frame and
+// two deadline changes per header section; on HTTP/1.1 (ALPN not h2) it only passes
+// reads through. Its methods are called by the one goroutine that reads the
+// connection, as net.Conn's Read is.
+type h2HeaderGuard struct {
+	*tls.Conn
+	timeout time.Duration
+
+	state   int8 // 0: ALPN not checked yet; 1: HTTP/2; -1: not HTTP/2
+	pending bool // a header section has begun and not ended
+	armed   bool // the read deadline is set for it
+	ends    bool // the frame being skipped ends the header section
+	skip    int  // bytes left of the preface or of the current frame's payload
+	nhdr    int  // bytes of the frame header read so far
+	hdr     [h2FrameHeaderLen]byte
+}
+
+// Read reads from the TLS connection and follows the frames it returns.
+func (c *h2HeaderGuard) Read(p []byte) (int, error) {
+	if c.state <= 0 {
+		if c.state < 0 {
+			return c.Conn.Read(p)
+		}
+		// Read runs after the handshake: net/http completes it first.
+		c.state = -1
+		if c.ConnectionState().NegotiatedProtocol == "h2" {
+			c.state = 1
+		}
+		if c.state < 0 {
+			return c.Conn.Read(p)
+		}
+	}
+	switch {
+	case c.pending && !c.armed:
+		c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+		c.armed = true
+	case !c.pending && c.armed:
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
+	}
+	n, err := c.Conn.Read(p)
+	c.follow(p[:n])
+	return n, err
+}
+
+// follow advances the frame state over b, the bytes just read.
+func (c *h2HeaderGuard) follow(b []byte) {
+	for len(b) > 0 {
+		if c.skip > 0 {
+			k := min(c.skip, len(b))
+			c.skip -= k
+			b = b[k:]
+			if c.skip == 0 && c.ends {
+				c.pending, c.ends = false, false
+			}
+			continue
+		}
+		k := copy(c.hdr[c.nhdr:], b)
+		c.nhdr += k
+		b = b[k:]
+		if c.nhdr < h2FrameHeaderLen {
+			return
+		}
+		c.nhdr = 0
+		typ, flags := c.hdr[3], c.hdr[4]
+		if typ == h2FrameHeaders {
+			c.pending = true
+		}
+		c.ends = (typ == h2FrameHeaders || typ == h2FrameContinuation) && flags&h2FlagEndHeaders != 0
+		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+		if c.skip == 0 && c.ends {
+			c.pending, c.ends = false, false
+		}
+	}
+}
