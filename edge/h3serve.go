@@ -102,7 +102,13 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 			continue
 		}
 		str.SetReadDeadline(time.Now().Add(h.timeout))
-		go raw.HandleRequestStream(str)
+		go func() {
+			// The stack grows here, while the goroutine is empty, rather than twice
+			// deeper down: in quic-go's request parsing (crypto/tls's ConnectionState,
+			// whose frame grew in Go 1.27) and in the handler (growStack).
+			growStack()
+			raw.HandleRequestStream(str)
+		}()
 	}
 }
 
