@@ -193,6 +193,19 @@ func (c *Config) Validate() error {
 	return c.report(c.problems(), c.unsupported())
 }
 
+// ValidateFiles reads the files the configuration names for their content, keys.file,
+// and reports their problems as a ValidationError placed in those files (a repeated
+// key with the line it is already set on); an error reading one as it is. Validate
+// reads no file; h3edge validate calls both, and the server reads keys.file itself
+// when it starts and reloads.
+func (c *Config) ValidateFiles() error {
+	if c.Keys == nil || c.Keys.File == "" {
+		return nil
+	}
+	_, err := loadPlans(c.Keys.File, hasher{})
+	return err
+}
+
 // report returns Parse's decode problems, those of k and the given ones, placed in
 // the file and sorted, as a ValidationError; nil if there are none.
 func (c *Config) report(k checker, more ...[]FieldError) error {
