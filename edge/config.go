@@ -60,7 +60,7 @@ type Config struct {
 	// may have replaced it since).
 	parsed *Config `yaml:"-"`
 	// decodeErrs are Parse's problems (unknown keys, wrong types); Validate repeats them.
-	decodeErrs []FieldError `yaml:"-"`
+	decodeErrs problemList `yaml:"-"`
 	// shadowed are paths whose Validate problems would only echo a decode problem:
 	// the paths of decode errors and of the keys suggested for misspelled ones.
 	shadowed map[string]bool `yaml:"-"`

@@ -18,11 +18,23 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// MaxFileSize bounds a configuration file: 256 KiB, some thirty times a large one (a
+// thousand policies). Past it Load and Parse refuse the file before they parse it, so
+// that what a file costs to check stays bounded: a file of one-character values at the
+// limit is 130 000 values, checked in a fraction of a second and some tens of MB.
+const MaxFileSize = 256 << 10
+
 // Load reads the configuration file at path and decodes it with Parse; an error reading
-// it is returned as it is (an *fs.PathError). Load applies no defaults: callers set
-// fields from flags, then call ApplyDefaults and Validate.
+// it is returned as it is (an *fs.PathError). A file larger than MaxFileSize is refused
+// unread. Load applies no defaults: callers set fields from flags, then call
+// ApplyDefaults and Validate.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, err
 	}
@@ -31,14 +43,19 @@ func Load(path string) (*Config, error) {
 
 // Parse decodes one YAML document (DESIGN.md §4) into a Config, strictly: an unknown
 // key, a repeated key or a value of the wrong type is an error, and so is a second
-// document. Durations read as "250ms" or "10s". An empty file, or one with only
-// comments, is the built-in defaults. file names the source in error messages.
+// document, and data longer than MaxFileSize. Durations read as "250ms" or "10s". An
+// empty file, or one with only comments, is the built-in defaults. file names the
+// source in error messages.
 //
 // Parse applies no defaults. Its error is a ValidationError; after a syntax error the
 // Config is nil, otherwise it holds whatever did decode, and Validate reports the
 // decode problems again together with all the others, so "h3edge validate" can print
-// every problem at once.
+// every problem at once (the first 50, and how many more there are).
 func Parse(file string, data []byte) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, ValidationError{{File: file, Problem: fmt.Sprintf(
+			"the file is larger than %d KiB, the limit of a configuration file", MaxFileSize>>10)}}
+	}
 	c := &Config{File: file}
 	root, err := document(file, data)
 	if err != nil {
@@ -47,22 +64,23 @@ func Parse(file string, data []byte) (*Config, error) {
 	if root == nil {
 		return c, nil
 	}
-	d := decoder{file: file, pos: map[string]position{}, shadowed: map[string]bool{}, budget: maxNodes}
+	// The budget lets every node of the file be visited once (mappings twice: see
+	// mapping), and maxNodes more: what aliases repeat.
+	budget := 2*countNodes(root) + maxNodes
+	d := decoder{file: file, pos: map[string]position{}, shadowed: map[string]bool{}, budget: budget}
 	d.value(root, reflect.ValueOf(c).Elem(), "")
+	d.errs.trim()
 	c.pos, c.decodeErrs, c.shadowed = d.pos, d.errs, d.shadowed
 
 	// A second decoding, defaulted, tells which values a flag replaced since (see
 	// Config.locate).
 	parsed := &Config{}
-	q := decoder{pos: map[string]position{}, shadowed: map[string]bool{}, budget: maxNodes}
+	q := decoder{shadowed: map[string]bool{}, budget: budget}
 	q.value(root, reflect.ValueOf(parsed).Elem(), "")
 	parsed.ApplyDefaults()
 	c.parsed = parsed
 
-	if len(d.errs) > 0 {
-		return c, sorted(d.errs)
-	}
-	return c, nil
+	return c, c.decodeErrs.err()
 }
 
 // Default returns the built-in configuration: what h3edge runs with no file.
@@ -72,13 +90,18 @@ func Default() *Config {
 	return c
 }
 
-const (
-	// maxNodes bounds the nodes one decoding visits: aliases can repeat a subtree
-	// many times ("billion laughs").
-	maxNodes = 100000
-	// maxDecodeErrors bounds Parse's problem list.
-	maxDecodeErrors = 100
-)
+// maxNodes bounds the visits one decoding makes beyond the nodes of the file: aliases
+// can repeat a subtree many times ("billion laughs").
+const maxNodes = 100000
+
+// countNodes counts the nodes of the tree at n, each once: aliases are not followed.
+func countNodes(n *yaml.Node) int {
+	c := 1
+	for _, m := range n.Content {
+		c += countNodes(m)
+	}
+	return c
+}
 
 // document parses data as a single YAML document and returns its root node, nil if
 // there is none.
@@ -159,34 +182,32 @@ func lineCol(data []byte, i int) (line, col int) {
 // that all come out at once.
 type decoder struct {
 	file     string
-	pos      map[string]position
-	errs     []FieldError
+	pos      map[string]position // nil: not recorded
+	errs     problemList
 	shadowed map[string]bool
 	budget   int
 	merging  map[*yaml.Node]bool // mappings being decoded, against "&a {<<: *a}"
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	stringType   = reflect.TypeFor[string]()
+)
 
 func (d *decoder) fail(n *yaml.Node, path, problem string) {
 	d.shadowed[path] = true
-	if len(d.errs) >= maxDecodeErrors {
-		if len(d.errs) == maxDecodeErrors {
-			d.errs = append(d.errs, FieldError{File: d.file, Line: n.Line, Col: n.Column,
-				Problem: "too many problems; fix these first"})
-			d.budget = 0
-		}
-		return
-	}
-	d.errs = append(d.errs, FieldError{File: d.file, Line: n.Line, Col: n.Column, Path: path, Problem: problem})
+	d.errs.add(FieldError{File: d.file, Line: n.Line, Col: n.Column, Path: clip(path), Problem: problem})
 }
 
-// spend counts one more node visited, and reports whether the budget allows it.
+// spend counts one more node visited, and reports whether the budget allows it. A
+// value the budget does not allow stays unset, and its path shadowed: a problem
+// Validate found in it would not be true.
 func (d *decoder) spend(n *yaml.Node, path string) bool {
 	if d.budget--; d.budget < 0 {
 		if d.budget == -1 {
 			d.fail(n, path, "too many values (is an alias repeated?)")
 		}
+		d.shadowed[path] = true
 		return false
 	}
 	return true
@@ -222,6 +243,10 @@ func (d *decoder) scalar(n, r *yaml.Node, v reflect.Value, path string) {
 		d.fail(n, path, "must be "+describe(v.Type())+", not "+kindName(r.Kind))
 		return
 	}
+	if v.Type() == stringType && r.ShortTag() != "!!binary" {
+		v.SetString(r.Value) // what r.Decode does, without its allocations
+		return
+	}
 	x := reflect.New(v.Type())
 	err := r.Decode(x.Interface())
 	if err == nil && x.Elem().CanInt() && r.ShortTag() == "!!float" {
@@ -249,8 +274,13 @@ func (d *decoder) sequence(n, r *yaml.Node, v reflect.Value, path string) {
 	}
 	s := reflect.MakeSlice(v.Type(), len(r.Content), len(r.Content))
 	for i, item := range r.Content {
-		p := path + "[" + strconv.Itoa(i) + "]"
-		d.pos[p] = place(item, item)
+		p := path
+		if d.pos != nil { // paths name problems and positions, which a decoder without pos drops
+			p += "[" + strconv.Itoa(i) + "]"
+		}
+		if d.pos != nil {
+			d.pos[p] = place(item, item)
+		}
 		d.value(item, s.Index(i), p)
 	}
 	v.Set(s)
@@ -323,7 +353,9 @@ func (d *decoder) mapping(n, r *yaml.Node, v reflect.Value, path string) {
 			d.fail(k, p, problem)
 			continue
 		}
-		d.pos[p] = place(k, val)
+		if d.pos != nil {
+			d.pos[p] = place(k, val)
+		}
 		d.value(val, v.Field(f), p)
 	}
 }

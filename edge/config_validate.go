@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // FieldError is one problem of a configuration, placed in its file when the value
@@ -78,6 +79,88 @@ func sorted(errs []FieldError) ValidationError {
 	return ValidationError(errs)
 }
 
+// maxProblems bounds the problems one ValidationError lists: a file with a million bad
+// values is told in as many lines as one with fifty, and the rest are counted.
+const maxProblems = 50
+
+// problemList keeps the first maxProblems problems in file order and counts the others,
+// so that collecting them costs memory for maxProblems only, however many there are.
+type problemList struct {
+	errs []FieldError
+	more int // problems found beyond errs
+	// last is the place of the last problem kept once maxProblems are: a problem
+	// placed after it will not be listed.
+	last *position
+}
+
+func (l *problemList) add(e FieldError) {
+	if l.beyond(position{e.Line, e.Col}) {
+		l.more++
+		return
+	}
+	l.errs = append(l.errs, e)
+	if len(l.errs) >= 4*maxProblems {
+		l.trim()
+	}
+}
+
+// beyond reports whether a problem placed at p (line 0: without a place) would be
+// left out of the list: whether maxProblems come before it already.
+func (l *problemList) beyond(p position) bool {
+	if l.last == nil {
+		return false
+	}
+	if (p.line == 0) != (l.last.line == 0) {
+		return p.line == 0
+	}
+	return cmp.Or(cmp.Compare(p.line, l.last.line), cmp.Compare(p.col, l.last.col)) >= 0
+}
+
+// trim sorts the problems and drops all but the first maxProblems, counting them.
+func (l *problemList) trim() {
+	sorted(l.errs)
+	if n := len(l.errs) - maxProblems; n >= 0 {
+		clear(l.errs[maxProblems:]) // let their strings go
+		l.errs, l.more = l.errs[:maxProblems], l.more+n
+		e := l.errs[maxProblems-1]
+		l.last = &position{e.Line, e.Col}
+	}
+}
+
+// clone returns a copy to add more problems to.
+func (l *problemList) clone() problemList {
+	return problemList{errs: slices.Clone(l.errs), more: l.more}
+}
+
+// err returns the problems as a ValidationError in file order, the count of those left
+// out as its last line; nil if there are none.
+func (l *problemList) err() error {
+	l.trim()
+	if len(l.errs) == 0 {
+		return nil
+	}
+	ve := slices.Clone(ValidationError(l.errs))
+	if l.more > 0 {
+		ve = append(ve, FieldError{Problem: fmt.Sprintf("… and %d more problems", l.more)})
+	}
+	return ve
+}
+
+// maxQuoted bounds a value quoted in a problem, so a huge value gives a short line.
+const maxQuoted = 128
+
+// clip shortens s to about maxQuoted bytes, at a character boundary.
+func clip(s string) string {
+	if len(s) <= maxQuoted {
+		return s
+	}
+	i := maxQuoted - 3
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
+}
+
 // notYet lists the top-level keys whose behaviour this build does not have yet. Each
 // is refused when set, in the file or by a flag, so that a configuration never silently
 // means less than it says; defaults are fine. Delete a key's line when its behaviour
@@ -102,36 +185,62 @@ func (c *Config) unsupported() []FieldError {
 
 // Validate reports every problem of the configuration at once, as a ValidationError:
 // Parse's decode problems again, each value out of range or inconsistent with another,
-// and the keys this build does not support yet. Call it after ApplyDefaults: it checks
-// the values as they are, and a zero that has a default is not valid.
+// and the keys this build does not support yet; the first 50 in file order, and a last
+// line that counts the others. Call it after ApplyDefaults: it checks the values as they
+// are, and a zero that has a default is not valid. Validate reads no file: see
+// ValidateFiles.
 func (c *Config) Validate() error {
 	return c.report(c.problems(), c.unsupported())
 }
 
-// report returns Parse's decode problems and the given ones, placed in the file and
-// sorted, as a ValidationError; nil if there are none.
-func (c *Config) report(lists ...[]FieldError) error {
-	errs := slices.Clone(c.decodeErrs)
-	for _, e := range slices.Concat(lists...) {
-		if !c.isShadowed(e.Path) {
-			errs = append(errs, c.locate(e))
-		}
-	}
-	if len(errs) == 0 {
+// ValidateFiles reads the files the configuration names for their content, keys.file,
+// and reports their problems as a ValidationError placed in those files (a repeated
+// key with the line it is already set on); an error reading one as it is. Validate
+// reads no file; h3edge validate calls both, and the server reads keys.file itself
+// when it starts and reloads.
+func (c *Config) ValidateFiles() error {
+	if c.Keys == nil || c.Keys.File == "" {
 		return nil
 	}
-	return sorted(errs)
+	_, err := loadPlans(c.Keys.File, hasher{})
+	return err
+}
+
+// report returns Parse's decode problems, those of k and the given ones, placed in
+// the file and sorted, as a ValidationError; nil if there are none.
+func (c *Config) report(k checker, more ...[]FieldError) error {
+	for _, e := range slices.Concat(more...) {
+		k.addError(e)
+	}
+	l := c.decodeErrs.clone()
+	for _, e := range k.list.errs {
+		l.add(e)
+	}
+	l.more += k.list.more
+	return l.err()
 }
 
 // isShadowed tells whether a problem at path only echoes a decode problem, such as
-// "quota: required" after "qouta: unknown field".
+// "quota: required" after "qouta: unknown field": whether path or a path that holds it
+// is shadowed.
 func (c *Config) isShadowed(path string) bool {
-	for s := range c.shadowed {
-		if path == s || strings.HasPrefix(path, s) && (path[len(s)] == '.' || path[len(s)] == '[') {
+	for p := path; p != ""; p = parentPath(p) {
+		if c.shadowed[p] {
 			return true
 		}
 	}
 	return false
+}
+
+// place returns where the file has path, or the nearest path that holds it; line 0 if
+// nowhere. Unlike locate it does not check that the value is still the file's.
+func (c *Config) place(path string) position {
+	for p := path; p != ""; p = parentPath(p) {
+		if at, ok := c.pos[p]; ok {
+			return at
+		}
+	}
+	return position{}
 }
 
 // locate places e in the file: at its path, or the nearest enclosing one the file has,
@@ -240,11 +349,34 @@ var (
 	upstreamSchemes = []string{"http", "https"}
 )
 
-// checker collects problems, each with its path.
-type checker []FieldError
+// checker collects problems, each with its path, placed in c's file; it leaves out
+// those that only echo a decode problem, and keeps no more than a problemList does.
+type checker struct {
+	c    *Config
+	list problemList
+}
 
 func (k *checker) add(path, format string, args ...any) {
-	*k = append(*k, FieldError{Path: path, Problem: fmt.Sprintf(format, args...)})
+	if k.c.isShadowed(path) {
+		return
+	}
+	if k.list.beyond(k.c.place(path)) { // not listed: spare the formatting and locate
+		k.list.more++
+		return
+	}
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = clip(s)
+		}
+	}
+	k.addError(FieldError{Path: path, Problem: fmt.Sprintf(format, args...)})
+}
+
+func (k *checker) addError(e FieldError) {
+	if k.c.isShadowed(e.Path) {
+		return
+	}
+	k.list.add(k.c.locate(e))
 }
 
 // enum checks that v is one of values.
@@ -272,8 +404,8 @@ func (k *checker) duration(path string, v, hi time.Duration) {
 }
 
 // problems checks every value; Validate places the problems in the file.
-func (c *Config) problems() []FieldError {
-	var k checker
+func (c *Config) problems() checker {
+	k := checker{c: c}
 
 	if p := hostPortProblem(c.Listen, true); p != "" {
 		k.add("listen", `%s, such as ":8443" or "127.0.0.1:8443" (got %q)`, p, c.Listen)

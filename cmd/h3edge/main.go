@@ -90,7 +90,11 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: h3edge validate -config FILE")
 		return 2
 	}
-	if _, err := loadConfig(*file, nil); err != nil {
+	cfg, err := loadConfig(*file, nil)
+	if err == nil {
+		err = cfg.ValidateFiles() // keys.file, as the server will read it
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}

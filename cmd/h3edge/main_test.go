@@ -517,9 +517,12 @@ func waitLog(t testing.TB, p *proc, text string) {
 	}
 }
 
-// TestExampleConfig keeps the README's example file valid.
+// TestExampleConfig keeps the README's example file valid, and its keys file, from the
+// repository's root as the README runs it.
 func TestExampleConfig(t *testing.T) {
-	out, err := exec.Command(binary, "validate", "-config", "testdata/example.yaml").CombinedOutput()
+	cmd := exec.Command(binary, "validate", "-config", "cmd/h3edge/testdata/example.yaml")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
