@@ -471,23 +471,31 @@ func (s *Server) ReloadPlans() error {
 		}
 		return nil
 	}
-	s.reloadMu.Lock() // a configuration reload may be switching the source
-	defer s.reloadMu.Unlock()
+	// The file is read outside reloadMu too (a million keys take about a second). A
+	// configuration reload that started after this read and committed first wins; this
+	// does not count as one (s.reloaded), since it does not read the configuration. A
+	// reload that read the file before this and commits after it leaves older plans,
+	// whose modification time the watcher then finds changed and reads again.
+	gen := s.reloadGen.Add(1)
 	keys := s.config().Keys
-	switch {
-	case keys.File != "":
-		p, err := loadPlans(keys.File, s.hasher)
-		if err != nil {
+	p := &plans{}
+	if keys.File != "" {
+		var err error
+		if p, err = loadPlans(keys.File, s.hasher); err != nil {
 			s.log.Error("keys file reload failed; keeping the old plans", "error", err)
 			return err
 		}
-		s.plans.Store(p)
-		s.log.Info("reloaded plans", "file", keys.File, "keys", len(p.byKey))
-	case keys.RedisHash != "":
-		// A reload switched to a hash meanwhile: it read it, or the watcher will.
-	default:
-		s.plans.Store(&plans{})
 	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	switch now := s.config().Keys; {
+	case gen < s.reloaded || now.File != keys.File || now.RedisHash != keys.RedisHash:
+		// A reload committed meanwhile: its plans stand (a hash is read by the watcher).
+		return nil
+	case keys.File != "":
+		s.log.Info("reloaded plans", "file", keys.File, "keys", len(p.byKey))
+	}
+	s.plans.Store(p)
 	return nil
 }
 
