@@ -91,28 +91,6 @@ func TestUpstreamTLSFailureLogged(t *testing.T) {
 	}
 }
 
-// TestHeader431ProblemEachProtocol: a header section over 64 KiB gets a 431 problem
-// document, counted in requests_total, on HTTP/3 as on HTTP/2 and HTTP/1.1.
-func TestHeader431ProblemEachProtocol(t *testing.T) {
-	e := startEdge(t, nil)
-	big := strings.Repeat("a", 100<<10)
-	for _, p := range protos {
-		t.Run(p.name, func(t *testing.T) {
-			pi := map[string]int{"h1": protoH1, "h2": protoH2, "h3": protoH3}[p.name]
-			before := e.metrics.requests[pi][http.StatusRequestHeaderFieldsTooLarge-minCode].Load()
-			resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/", map[string]string{"X-Big": big}, nil)
-			var doc struct{ Status int }
-			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
-				json.Unmarshal(body, &doc) != nil || doc.Status != 431 {
-				t.Errorf("%d %q %q, want a 431 problem document", resp.StatusCode, resp.Header.Get("Content-Type"), body)
-			}
-			if n := e.metrics.requests[pi][http.StatusRequestHeaderFieldsTooLarge-minCode].Load() - before; n != 1 {
-				t.Errorf("requests_total{proto=%q,code=\"431\"} grew by %d, want 1", p.name, n)
-			}
-		})
-	}
-}
-
 // h2Dial opens a TLS connection that speaks HTTP/2 (ALPN h2), sends the preface and an
 // empty SETTINGS frame, and returns a framer on it.
 func h2Dial(t testing.TB, addr string) (*tls.Conn, *http2.Framer) {
