@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
 )
 
@@ -57,7 +58,7 @@ func (s *Server) initGlobal(cfg *Config) error {
 
 // applySharedBan applies a ban published by any edge (this one's included).
 func (s *Server) applySharedBan(p netip.Prefix, until time.Time, reason string) {
-	changed, err := s.box.Apply(limiter.Ban{Prefix: p, Until: until, Reason: reason, Shared: true})
+	changed, err := s.box.Apply(penalty.Ban{Prefix: p, Until: until, Reason: reason, Shared: true})
 	if err != nil || !changed {
 		return
 	}
@@ -68,7 +69,7 @@ func (s *Server) applySharedBan(p netip.Prefix, until time.Time, reason string) 
 }
 
 // publishBan shares a ban made on this edge.
-func (s *Server) publishBan(b limiter.Ban) {
+func (s *Server) publishBan(b penalty.Ban) {
 	if s.bans == nil || b.Shared {
 		return
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/h3edge/h3edge/bench"
-	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
 // redisServer is a redis-server process this test started on a free port.
@@ -160,7 +160,7 @@ func TestSharedBans(t *testing.T) {
 	}
 	a, b := mk(), mk()
 	p := netip.MustParsePrefix("127.0.0.77/32")
-	if err := a.box.Add(limiter.Ban{Prefix: p, Until: time.Now().Add(time.Minute), Reason: "test"}); err != nil {
+	if err := a.box.Add(penalty.Ban{Prefix: p, Until: time.Now().Add(time.Minute), Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
 // startEdgeFile starts an edge from a configuration file, so reloads re-read it.
@@ -258,7 +258,7 @@ func TestReloadAbuse(t *testing.T) {
 func TestReloadKeepsBansAndStrikes(t *testing.T) {
 	e, file := startEdgeFile(t, abuseYAML("{rejections: 10, within: 10s, ban: 1m}"))
 	banned, striker := netip.MustParseAddr("127.0.0.50"), netip.MustParseAddr("127.0.0.51")
-	if err := e.box.Add(limiter.Ban{Prefix: netip.PrefixFrom(banned, 32), Until: time.Now().Add(time.Hour), Reason: "test"}); err != nil {
+	if err := e.box.Add(penalty.Ban{Prefix: netip.PrefixFrom(banned, 32), Until: time.Now().Add(time.Hour), Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	c := dialFrom(t, e, striker)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -84,7 +85,7 @@ type Server struct {
 	refusedTCP refusedTCP
 	// box is the penalty box (abuse:): sources rejected too often are banned and
 	// dropped at the cheapest layer.
-	box *limiter.PenaltyBox
+	box *penalty.Box
 
 	// Operations: metrics on their own registry, the admin listener (nil when off),
 	// and the sampler that keeps rejection logs to a few lines per second.

@@ -13,7 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -26,14 +26,14 @@ func newGuard(c IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error)
 
 // newPenaltyBox builds the penalty box of the abuse: section; onBan runs for every new
 // ban made on this edge.
-func newPenaltyBox(cfg *Config, onBan func(limiter.Ban)) (*limiter.PenaltyBox, error) {
-	return limiter.NewPenaltyBox(penaltyConfig(cfg, onBan))
+func newPenaltyBox(cfg *Config, onBan func(penalty.Ban)) (*penalty.Box, error) {
+	return penalty.New(penaltyConfig(cfg, onBan))
 }
 
 // penaltyConfig translates the abuse: section, with the prefix lengths and the bound of
 // ip:.
-func penaltyConfig(cfg *Config, onBan func(limiter.Ban)) limiter.PenaltyConfig {
-	return limiter.PenaltyConfig{
+func penaltyConfig(cfg *Config, onBan func(penalty.Ban)) penalty.Config {
+	return penalty.Config{
 		Rejections: cfg.Abuse.Rejections,
 		Within:     cfg.Abuse.Within,
 		Ban:        cfg.Abuse.Ban,
@@ -48,7 +48,7 @@ func penaltyConfig(cfg *Config, onBan func(limiter.Ban)) limiter.PenaltyConfig {
 // onBan drops a newly banned source everywhere it is still connected: its QUIC
 // connections and its TCP connections are closed now; its datagrams, handshakes and
 // accepts are dropped from now on by the checks that read the box.
-func (s *Server) onBan(b limiter.Ban) {
+func (s *Server) onBan(b penalty.Ban) {
 	quic := s.guard.Kick(b.Prefix)
 	tcp := s.kickTCP(b.Prefix)
 	s.log.Warn("source banned", "prefix", b.Prefix.String(), "until", b.Until.Format(time.RFC3339Nano),
@@ -252,7 +252,7 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 // boxBans shows the penalty box to the admin API.
 type boxBans struct{ s *Server }
 
-func toAdminBan(b limiter.Ban) adminBan {
+func toAdminBan(b penalty.Ban) adminBan {
 	return adminBan{Prefix: b.Prefix, Until: b.Until, Reason: b.Reason, Strikes: b.Count}
 }
 
@@ -266,7 +266,7 @@ func (b boxBans) List(now time.Time) []adminBan {
 }
 
 func (b boxBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Duration, reason string) (adminBan, error) {
-	ban := limiter.Ban{Prefix: p, Until: now.Add(d), Reason: reason}
+	ban := penalty.Ban{Prefix: p, Until: now.Add(d), Reason: reason}
 	if err := b.s.box.Add(ban); err != nil {
 		return adminBan{}, err
 	}

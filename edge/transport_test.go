@@ -15,7 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
 // sourceClient speaks proto from the loopback address src (127.0.0.2 …), so a test can
@@ -198,7 +198,7 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 	// by the ban, and returns the ban, with bounds on its length: it began after the
 	// first request and before the ban was seen.
 	type earned struct {
-		ban          limiter.Ban
+		ban          penalty.Ban
 		lower, upper time.Duration
 	}
 	earnBan := func() earned {

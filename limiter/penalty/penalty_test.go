@@ -1,4 +1,4 @@
-package limiter
+package penalty
 
 import (
 	"errors"
@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-func mustBox(t testing.TB, cfg PenaltyConfig) *PenaltyBox {
+func mustBox(t testing.TB, cfg Config) *Box {
 	t.Helper()
-	p, err := NewPenaltyBox(cfg)
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,36 +26,36 @@ var (
 	pfx = netip.MustParsePrefix
 )
 
-func TestPenaltyConfig(t *testing.T) {
+func TestConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  PenaltyConfig
+		cfg  Config
 		bad  string // the field named in the error; "" for valid
 	}{
-		{name: "zero", cfg: PenaltyConfig{}},
-		{name: "all set", cfg: PenaltyConfig{Rejections: 1, Within: 8, Ban: time.Second, MaxBan: time.Second, IPv4Prefix: 24, IPv6Prefix: 128, MaxTracked: 1}},
-		{name: "negative rejections", cfg: PenaltyConfig{Rejections: -1}, bad: "Rejections"},
-		{name: "huge rejections", cfg: PenaltyConfig{Rejections: 1<<30 + 1}, bad: "Rejections"},
-		{name: "within too short", cfg: PenaltyConfig{Within: 7}, bad: "Within"},
-		{name: "negative ban", cfg: PenaltyConfig{Ban: -time.Second}, bad: "Ban"},
-		{name: "ban over max_ban", cfg: PenaltyConfig{Ban: 2 * time.Hour}, bad: "Ban"},
-		{name: "negative max_ban", cfg: PenaltyConfig{MaxBan: -1}, bad: "MaxBan"},
-		{name: "ipv4 prefix", cfg: PenaltyConfig{IPv4Prefix: 33}, bad: "IPv4Prefix"},
-		{name: "ipv6 prefix", cfg: PenaltyConfig{IPv6Prefix: -1}, bad: "IPv6Prefix"},
-		{name: "max tracked", cfg: PenaltyConfig{MaxTracked: -1}, bad: "MaxTracked"},
+		{name: "zero", cfg: Config{}},
+		{name: "all set", cfg: Config{Rejections: 1, Within: 8, Ban: time.Second, MaxBan: time.Second, IPv4Prefix: 24, IPv6Prefix: 128, MaxTracked: 1}},
+		{name: "negative rejections", cfg: Config{Rejections: -1}, bad: "Rejections"},
+		{name: "huge rejections", cfg: Config{Rejections: 1<<30 + 1}, bad: "Rejections"},
+		{name: "within too short", cfg: Config{Within: 7}, bad: "Within"},
+		{name: "negative ban", cfg: Config{Ban: -time.Second}, bad: "Ban"},
+		{name: "ban over max_ban", cfg: Config{Ban: 2 * time.Hour}, bad: "Ban"},
+		{name: "negative max_ban", cfg: Config{MaxBan: -1}, bad: "MaxBan"},
+		{name: "ipv4 prefix", cfg: Config{IPv4Prefix: 33}, bad: "IPv4Prefix"},
+		{name: "ipv6 prefix", cfg: Config{IPv6Prefix: -1}, bad: "IPv6Prefix"},
+		{name: "max tracked", cfg: Config{MaxTracked: -1}, bad: "MaxTracked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewPenaltyBox(tc.cfg)
+			_, err := New(tc.cfg)
 			switch {
 			case tc.bad == "" && err != nil:
 				t.Fatalf("unexpected error %v", err)
-			case tc.bad != "" && (!errors.Is(err, ErrPenaltyConfig) || !containsWord(err.Error(), tc.bad+" =")):
-				t.Fatalf("error %v, want ErrPenaltyConfig naming %s", err, tc.bad)
+			case tc.bad != "" && (!errors.Is(err, ErrConfig) || !containsWord(err.Error(), tc.bad+" =")):
+				t.Fatalf("error %v, want ErrConfig naming %s", err, tc.bad)
 			}
 		})
 	}
-	d := PenaltyConfig{}.withDefaults()
-	want := PenaltyConfig{Rejections: 50, Within: 10 * time.Second, Ban: time.Minute, MaxBan: time.Hour, IPv4Prefix: 32, IPv6Prefix: 64, MaxTracked: 1_000_000}
+	d := Config{}.withDefaults()
+	want := Config{Rejections: 50, Within: 10 * time.Second, Ban: time.Minute, MaxBan: time.Hour, IPv4Prefix: 32, IPv6Prefix: 64, MaxTracked: 1_000_000}
 	if fmt.Sprint(d) != fmt.Sprint(want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)
 	}
@@ -70,10 +70,10 @@ func containsWord(s, w string) bool {
 	return false
 }
 
-// TestPenaltyThreshold is a step table on instants t0+at: each step rejects addr once
+// TestThreshold is a step table on instants t0+at: each step rejects addr once
 // and checks what Reject reports, then checks Banned of the addresses in banned and
 // free.
-func TestPenaltyThreshold(t *testing.T) {
+func TestThreshold(t *testing.T) {
 	type step struct {
 		at     time.Duration
 		addr   string
@@ -81,12 +81,12 @@ func TestPenaltyThreshold(t *testing.T) {
 		banned []string // Banned must be true for these after the step
 		free   []string // and false for these
 	}
-	base := PenaltyConfig{Rejections: 3, Within: 8 * time.Second, Ban: time.Minute}
+	base := Config{Rejections: 3, Within: 8 * time.Second, Ban: time.Minute}
 	v4at24 := base
 	v4at24.IPv4Prefix = 24
 	for _, tc := range []struct {
 		name  string
-		cfg   PenaltyConfig
+		cfg   Config
 		steps []step
 	}{
 		{name: "N+1 within Within bans", cfg: base, steps: []step{
@@ -167,11 +167,11 @@ func TestPenaltyThreshold(t *testing.T) {
 	}
 }
 
-// TestPenaltyBanLength checks bans end, a repeat lasts twice as long up to MaxBan, and a
+// TestBanLength checks bans end, a repeat lasts twice as long up to MaxBan, and a
 // repeat is remembered for MaxBan after a ban ends. Each step, at t0+at, rejects the
 // source until it is banned (Rejections+1 times) and checks the ban made, or only
 // checks Banned and List.
-func TestPenaltyBanLength(t *testing.T) {
+func TestBanLength(t *testing.T) {
 	src := ip("198.51.100.7")
 	type step struct {
 		at        time.Duration
@@ -196,7 +196,7 @@ func TestPenaltyBanLength(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		var bans []Ban
-		p := mustBox(t, PenaltyConfig{Rejections: 2, Ban: time.Minute, MaxBan: 3 * time.Minute, OnBan: func(b Ban) { bans = append(bans, b) }})
+		p := mustBox(t, Config{Rejections: 2, Ban: time.Minute, MaxBan: 3 * time.Minute, OnBan: func(b Ban) { bans = append(bans, b) }})
 		t0 := time.Now()
 		for i, s := range steps {
 			now := t0.Add(s.at)
@@ -222,17 +222,17 @@ func TestPenaltyBanLength(t *testing.T) {
 	})
 }
 
-// TestPenaltySetLimits is a step table on instants t0+at: each step rejects src once,
+// TestSetLimits is a step table on instants t0+at: each step rejects src once,
 // or first sets the limits to cfg, and checks what Reject reports. Bans in force and
 // the rejections counted so far survive SetLimits; the new limits apply from the next
 // rejection on.
-func TestPenaltySetLimits(t *testing.T) {
+func TestSetLimits(t *testing.T) {
 	src, other := ip("192.0.2.1"), ip("192.0.2.99")
-	start := PenaltyConfig{Rejections: 5, Within: 8 * time.Second, Ban: time.Minute, MaxBan: time.Hour}
+	start := Config{Rejections: 5, Within: 8 * time.Second, Ban: time.Minute, MaxBan: time.Hour}
 	type step struct {
 		at   time.Duration
-		set  *PenaltyConfig // SetLimits(*set) before rejecting
-		want bool           // Reject's answer
+		set  *Config // SetLimits(*set) before rejecting
+		want bool    // Reject's answer
 	}
 	for _, tc := range []struct {
 		name    string
@@ -241,26 +241,26 @@ func TestPenaltySetLimits(t *testing.T) {
 	}{
 		{name: "lower rejections: the strikes count", steps: []step{
 			{at: 0}, {at: time.Second}, {at: 2 * time.Second},
-			{at: 3 * time.Second, set: &PenaltyConfig{Rejections: 3, Within: 8 * time.Second}, want: true},
+			{at: 3 * time.Second, set: &Config{Rejections: 3, Within: 8 * time.Second}, want: true},
 		}, wantBan: time.Minute},
 		{name: "higher rejections: no ban yet", steps: []step{
 			{at: 0}, {at: 0}, {at: 0}, {at: 0}, {at: 0},
-			{at: 0, set: &PenaltyConfig{Rejections: 6, Within: 8 * time.Second}},
+			{at: 0, set: &Config{Rejections: 6, Within: 8 * time.Second}},
 			{at: 0, want: true},
 		}, wantBan: time.Minute},
 		{name: "longer within keeps the counts", steps: []step{
 			{at: 0}, {at: time.Second}, {at: 2 * time.Second}, {at: 3 * time.Second},
-			{at: 4 * time.Second, set: &PenaltyConfig{Rejections: 5, Within: 16 * time.Second}},
+			{at: 4 * time.Second, set: &Config{Rejections: 5, Within: 16 * time.Second}},
 			{at: 12 * time.Second, want: true}, // 12 s after the first: inside 16 s, outside 8 s
 		}, wantBan: time.Minute},
 		{name: "shorter within drops the old counts", steps: []step{
 			{at: 0}, {at: 0}, {at: 0}, {at: 0},
-			{at: 3 * time.Second, set: &PenaltyConfig{Rejections: 1, Within: 2 * time.Second}},
+			{at: 3 * time.Second, set: &Config{Rejections: 1, Within: 2 * time.Second}},
 			{at: 3 * time.Second, want: true}, // the four at 0 fell out: 1, then 2 > 1
 		}, wantBan: time.Minute},
 		{name: "ban length", steps: []step{
 			{at: 0}, {at: 0}, {at: 0}, {at: 0}, {at: 0},
-			{at: 0, set: &PenaltyConfig{Rejections: 5, Within: 8 * time.Second, Ban: 5 * time.Minute}, want: true},
+			{at: 0, set: &Config{Rejections: 5, Within: 8 * time.Second, Ban: 5 * time.Minute}, want: true},
 		}, wantBan: 5 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -296,21 +296,21 @@ func TestPenaltySetLimits(t *testing.T) {
 	}
 
 	p := mustBox(t, start)
-	for _, c := range []PenaltyConfig{{IPv4Prefix: 24}, {IPv6Prefix: 48}, {MaxTracked: 10}} {
-		if err := p.SetLimits(c); !errors.Is(err, ErrPenaltyFixed) {
-			t.Errorf("SetLimits(%+v) = %v, want ErrPenaltyFixed", c, err)
+	for _, c := range []Config{{IPv4Prefix: 24}, {IPv6Prefix: 48}, {MaxTracked: 10}} {
+		if err := p.SetLimits(c); !errors.Is(err, ErrFixed) {
+			t.Errorf("SetLimits(%+v) = %v, want ErrFixed", c, err)
 		}
 	}
-	if err := p.SetLimits(PenaltyConfig{Rejections: -1}); !errors.Is(err, ErrPenaltyConfig) {
-		t.Errorf("SetLimits with Rejections -1 = %v, want ErrPenaltyConfig", err)
+	if err := p.SetLimits(Config{Rejections: -1}); !errors.Is(err, ErrConfig) {
+		t.Errorf("SetLimits with Rejections -1 = %v, want ErrConfig", err)
 	}
 }
 
-// TestPenaltyTimer checks a ban ends on time with no call giving the box an instant:
+// TestTimer checks a ban ends on time with no call giving the box an instant:
 // the timer set for it moves the clock Banned reads.
-func TestPenaltyTimer(t *testing.T) {
+func TestTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := mustBox(t, PenaltyConfig{Rejections: 1, Ban: time.Minute})
+		p := mustBox(t, Config{Rejections: 1, Ban: time.Minute})
 		a, b := ip("192.0.2.1"), ip("2001:db8::1")
 		p.Reject(a, time.Now())
 		p.Reject(a, time.Now())
@@ -345,13 +345,13 @@ func TestPenaltyTimer(t *testing.T) {
 	})
 }
 
-// TestPenaltyOnBan checks OnBan is called exactly once per ban while many goroutines
+// TestOnBan checks OnBan is called exactly once per ban while many goroutines
 // reject one source, outside the box's locks: it calls the box back.
-func TestPenaltyOnBan(t *testing.T) {
+func TestOnBan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var p *PenaltyBox
+		var p *Box
 		var calls atomic.Int32
-		p = mustBox(t, PenaltyConfig{Rejections: 10, Ban: time.Second, MaxBan: time.Second, OnBan: func(b Ban) {
+		p = mustBox(t, Config{Rejections: 10, Ban: time.Second, MaxBan: time.Second, OnBan: func(b Ban) {
 			calls.Add(1)
 			// Would deadlock if called with a lock held.
 			if !p.Banned(b.Prefix.Addr()) || len(p.List(time.Now())) == 0 || p.Stats().Active == 0 {
@@ -380,10 +380,10 @@ func TestPenaltyOnBan(t *testing.T) {
 	})
 }
 
-func TestPenaltyAddLiftList(t *testing.T) {
+func TestAddLiftList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var bans []Ban
-		p := mustBox(t, PenaltyConfig{Rejections: 1, OnBan: func(b Ban) { bans = append(bans, b) }})
+		p := mustBox(t, Config{Rejections: 1, OnBan: func(b Ban) { bans = append(bans, b) }})
 		now := time.Now()
 		later := now.Add(time.Hour)
 		for _, tc := range []struct {
@@ -482,12 +482,12 @@ func TestPenaltyAddLiftList(t *testing.T) {
 	})
 }
 
-// TestPenaltyApply checks a ban from another edge is recorded as Shared and never
+// TestApply checks a ban from another edge is recorded as Shared and never
 // reaches OnBan, the publish path.
-func TestPenaltyApply(t *testing.T) {
+func TestApply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var published []Ban
-		p := mustBox(t, PenaltyConfig{Rejections: 1, OnBan: func(b Ban) { published = append(published, b) }})
+		p := mustBox(t, Config{Rejections: 1, OnBan: func(b Ban) { published = append(published, b) }})
 		now := time.Now()
 		remote := Ban{Prefix: pfx("2001:db8:5::/64"), Until: now.Add(5 * time.Minute), Count: 3, Reason: "edge-b: rejected"}
 		for _, tc := range []struct {
@@ -537,11 +537,11 @@ func TestPenaltyApply(t *testing.T) {
 	})
 }
 
-// TestPenaltyBanBound checks the ban records stay within MaxTracked: remembered records
+// TestBanBound checks the ban records stay within MaxTracked: remembered records
 // make room, bans in force never do.
-func TestPenaltyBanBound(t *testing.T) {
+func TestBanBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := mustBox(t, PenaltyConfig{MaxTracked: 4, Ban: time.Minute, MaxBan: time.Hour})
+		p := mustBox(t, Config{MaxTracked: 4, Ban: time.Minute, MaxBan: time.Hour})
 		now := time.Now()
 		prefixes := []string{"192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32", "2001:db9::/32"}
 		for i, s := range prefixes[:4] {
@@ -572,11 +572,11 @@ func TestPenaltyBanBound(t *testing.T) {
 	})
 }
 
-// TestPenaltyEviction checks which rejection count makes room for a new source: one
+// TestEviction checks which rejection count makes room for a new source: one
 // without recent rejections first, else the one with the fewest.
-func TestPenaltyEviction(t *testing.T) {
+func TestEviction(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := mustBox(t, PenaltyConfig{MaxTracked: 4, Rejections: 100, Within: 8 * time.Second})
+		p := mustBox(t, Config{MaxTracked: 4, Rejections: 100, Within: 8 * time.Second})
 		t0 := time.Now()
 		reject := func(a string, at time.Duration, n int) {
 			for range n {
@@ -612,10 +612,10 @@ func TestPenaltyEviction(t *testing.T) {
 	})
 }
 
-// TestPenaltyFlood sends a million distinct sources, each rejected once, through a box
+// TestFlood sends a million distinct sources, each rejected once, through a box
 // tracking far fewer: state stays bounded, a ban made before stays, and a source close
 // to its ban is not pardoned by the flood.
-func TestPenaltyFlood(t *testing.T) {
+func TestFlood(t *testing.T) {
 	sources, maxTracked := 1_000_000, 100_000
 	if raceEnabled || testing.Short() {
 		sources, maxTracked = 100_000, 10_000
@@ -625,7 +625,7 @@ func TestPenaltyFlood(t *testing.T) {
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
 
-		p := mustBox(t, PenaltyConfig{MaxTracked: maxTracked})
+		p := mustBox(t, Config{MaxTracked: maxTracked})
 		t0 := time.Now()
 		banned, near := ip("203.0.113.66"), ip("2001:db8:abcd::1")
 		for range 51 {
@@ -661,10 +661,10 @@ func TestPenaltyFlood(t *testing.T) {
 	})
 }
 
-// TestPenaltyConcurrent races Reject, Banned, Add, Apply, Lift, List, Stats and the
+// TestConcurrent races Reject, Banned, Add, Apply, Lift, List, Stats and the
 // timer ending bans; run it with -race. A ban never lifted must read as banned
 // throughout. It runs in fake time, then in real time with bans of milliseconds.
-func TestPenaltyConcurrent(t *testing.T) {
+func TestConcurrent(t *testing.T) {
 	t.Run("fake time", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) { penaltyRace(t, time.Second, 100*time.Millisecond) })
 	})
@@ -672,7 +672,7 @@ func TestPenaltyConcurrent(t *testing.T) {
 }
 
 func penaltyRace(t *testing.T, ban, pause time.Duration) {
-	p := mustBox(t, PenaltyConfig{Rejections: 5, Ban: ban, MaxBan: 4 * ban, MaxTracked: 512})
+	p := mustBox(t, Config{Rejections: 5, Ban: ban, MaxBan: 4 * ban, MaxTracked: 512})
 	keep := ip("192.0.2.200")
 	if err := p.Add(Ban{Prefix: netip.PrefixFrom(keep, 32), Until: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
@@ -695,7 +695,7 @@ func penaltyRace(t *testing.T, ban, pause time.Duration) {
 					p.List(now)
 					p.Stats()
 					// Within alternates, so the counts move between sub-window lengths.
-					p.SetLimits(PenaltyConfig{Rejections: 4 + i/100%2, Within: time.Duration(10+i/100%2*10) * time.Second,
+					p.SetLimits(Config{Rejections: 4 + i/100%2, Within: time.Duration(10+i/100%2*10) * time.Second,
 						Ban: ban, MaxBan: 4 * ban, MaxTracked: 512})
 					time.Sleep(pause)
 				}
@@ -720,10 +720,10 @@ func penaltyRace(t *testing.T, ban, pause time.Duration) {
 	}
 }
 
-// TestPenaltyBannedLockFree checks Banned answers while every lock of the box is held
+// TestBannedLockFree checks Banned answers while every lock of the box is held
 // (it would block forever if it took one) and allocates nothing.
-func TestPenaltyBannedLockFree(t *testing.T) {
-	p := mustBox(t, PenaltyConfig{})
+func TestBannedLockFree(t *testing.T) {
+	p := mustBox(t, Config{})
 	p.Add(Ban{Prefix: pfx("192.0.2.0/24"), Until: time.Now().Add(time.Hour)})
 	p.Add(Ban{Prefix: pfx("2001:db8::/64"), Until: time.Now().Add(time.Hour)})
 	p.mu.Lock()
@@ -748,67 +748,4 @@ func TestPenaltyBannedLockFree(t *testing.T) {
 		p.counters[i].mu.Unlock()
 	}
 	p.mu.Unlock()
-}
-
-func BenchmarkBanned(b *testing.B) {
-	p := mustBox(b, PenaltyConfig{})
-	until := time.Now().Add(time.Hour)
-	for i := range 10_000 { // bans in force, as after an attack
-		p.Add(Ban{Prefix: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32), Until: until})
-		p.Add(Ban{Prefix: netip.PrefixFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb9, 6: byte(i >> 8), 7: byte(i)}), 64), Until: until})
-	}
-	empty := mustBox(b, PenaltyConfig{})
-	for _, bc := range []struct {
-		name string
-		p    *PenaltyBox
-		addr func(i int) netip.Addr
-	}{
-		{"empty", empty, func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }},
-		{"miss", p, func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }},
-		{"hit", p, func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}) }},
-		{"miss-ipv6", p, func(i int) netip.Addr {
-			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 6: byte(i >> 8), 7: byte(i), 15: 1})
-		}},
-		{"hit-ipv6", p, func(i int) netip.Addr {
-			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb9, 6: byte(i >> 8), 7: byte(i), 15: 1})
-		}},
-	} {
-		addrs := make([]netip.Addr, 1024)
-		for i := range addrs {
-			addrs[i] = bc.addr(i)
-		}
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					bc.p.Banned(addrs[i&1023])
-					i++
-				}
-			})
-		})
-	}
-}
-
-// BenchmarkReject counts rejections of 1024 known sources (none reaches a ban), and of
-// a new source each time in a full table (eviction).
-func BenchmarkReject(b *testing.B) {
-	b.Run("known", func(b *testing.B) {
-		p := mustBox(b, PenaltyConfig{Rejections: 1 << 30})
-		now := time.Now()
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			now = now.Add(time.Microsecond)
-			p.Reject(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8 & 3), byte(i)}), now)
-		}
-	})
-	b.Run("flood", func(b *testing.B) {
-		p := mustBox(b, PenaltyConfig{MaxTracked: 65536})
-		now := time.Now()
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			now = now.Add(time.Microsecond)
-			p.Reject(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), now)
-		}
-	})
 }

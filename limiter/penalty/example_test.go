@@ -1,22 +1,22 @@
-package limiter_test
+package penalty_test
 
 import (
 	"fmt"
 	"net/netip"
 	"time"
 
-	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
 // A source rejected more than Rejections times within Within is banned; OnBan is where
 // the edge closes its connections and publishes the ban, and Banned is what the UDP
 // socket asks for every datagram.
-func ExamplePenaltyBox() {
-	box, _ := limiter.NewPenaltyBox(limiter.PenaltyConfig{
+func ExampleBox() {
+	box, _ := penalty.New(penalty.Config{
 		Rejections: 2,
 		Within:     10 * time.Second,
 		Ban:        time.Minute,
-		OnBan: func(b limiter.Ban) {
+		OnBan: func(b penalty.Ban) {
 			fmt.Printf("ban %v (count %d): %s\n", b.Prefix, b.Count, b.Reason)
 		},
 	})
@@ -29,7 +29,7 @@ func ExamplePenaltyBox() {
 	fmt.Println("other /64 banned:", box.Banned(netip.MustParseAddr("2001:db8:0:1::7")))
 
 	// A ban made by another edge: recorded as shared, and not published again.
-	changed, _ := box.Apply(limiter.Ban{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Until: now.Add(time.Hour), Reason: "edge-b"})
+	changed, _ := box.Apply(penalty.Ban{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Until: now.Add(time.Hour), Reason: "edge-b"})
 	fmt.Println("applied:", changed)
 	for _, b := range box.List(now) {
 		fmt.Printf("%v for %v shared=%v\n", b.Prefix, b.Until.Sub(now), b.Shared)

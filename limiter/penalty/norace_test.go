@@ -1,0 +1,5 @@
+//go:build !race
+
+package penalty
+
+const raceEnabled = false
