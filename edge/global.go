@@ -43,7 +43,7 @@ func (s *Server) initGlobal(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	s.redis, s.global, s.redisClient = st, st, st.Client()
+	s.redis, s.global, s.hashes = st, st, st
 	s.metrics.breaker = func() bool { return st.Breaker() == redisstore.BreakerOpen }
 	if cfg.Abuse.Share == nil || *cfg.Abuse.Share {
 		s.bans = st.Bans()

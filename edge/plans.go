@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/h3edge/h3edge/limiter"
@@ -39,36 +39,36 @@ const redisPlansTimeout = 5 * time.Second
 // maxRedisPlans bounds keys.redis_hash: it is held whole in memory, twice while read.
 const maxRedisPlans = 5_000_000
 
+// hashScanner walks a Redis hash a page at a time: *redisstore.Store.
+type hashScanner interface {
+	ScanHash(ctx context.Context, key string, fn func(field, value string) error) error
+}
+
 // plansFromRedis reads keys.redis_hash, a Redis hash {api-key: plan}, walking it with
 // HSCAN a page at a time so that a large hash never holds Redis up for long. As with
 // keys.file, a key that could never be a client key refuses the whole read.
-func plansFromRedis(ctx context.Context, c redis.UniversalClient, hash string, h hasher) (*plans, error) {
+func plansFromRedis(ctx context.Context, c hashScanner, hash string, h hasher) (*plans, error) {
 	p := &plans{byKey: map[limiter.Key]string{}, hash: hash}
 	names := map[string]string{} // one string per plan name, not one per key
-	var cursor uint64
-	for {
-		kv, next, err := c.HScan(ctx, hash, cursor, "", 1000).Result()
-		if err != nil {
-			return nil, fmt.Errorf("keys.redis_hash %s: %w", hash, err)
+	err := c.ScanHash(ctx, hash, func(key, plan string) error {
+		if key == "" || !validKey(key) {
+			return errors.New("a key is empty, longer than 256 bytes or has control characters")
 		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i] == "" || !validKey(kv[i]) {
-				return nil, fmt.Errorf("keys.redis_hash %s: a key is empty, longer than 256 bytes or has control characters", hash)
-			}
-			name, ok := names[kv[i+1]]
-			if !ok {
-				name = kv[i+1]
-				names[name] = name
-			}
-			p.byKey[h.key('k', kv[i])] = name
+		name, ok := names[plan]
+		if !ok {
+			name = plan
+			names[name] = name
 		}
+		p.byKey[h.key('k', key)] = name
 		if len(p.byKey) > maxRedisPlans {
-			return nil, fmt.Errorf("keys.redis_hash %s: more than %d keys", hash, maxRedisPlans)
+			return fmt.Errorf("more than %d keys", maxRedisPlans)
 		}
-		if cursor = next; cursor == 0 {
-			return p, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("keys.redis_hash %s: %w", hash, err)
 	}
+	return p, nil
 }
 
 // loadPlans reads a keys file: a YAML mapping {api-key: plan}. Its problems come as a
@@ -502,12 +502,12 @@ func (s *Server) ReloadPlans() error {
 // redisPlans reads keys.redis_hash, logging what changed; on error it logs and returns
 // the error, and the caller keeps the plans it has.
 func (s *Server) redisPlans(hash string) (*plans, error) {
-	if s.redisClient == nil {
+	if s.hashes == nil {
 		return nil, fmt.Errorf("edge: keys.redis_hash needs redis")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisPlansTimeout)
 	defer cancel()
-	p, err := plansFromRedis(ctx, s.redisClient, hash, s.hasher)
+	p, err := plansFromRedis(ctx, s.hashes, hash, s.hasher)
 	if err != nil {
 		// Said once per outage; the retries that follow log at debug level.
 		lvl := slog.LevelError

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/limiter"
@@ -72,9 +71,10 @@ type Server struct {
 	bans   *redisstore.BanBus // nil unless bans are shared
 	hasher hasher
 	plans  atomic.Pointer[plans]
-	// redisClient is redis's client, set once in New (nil without redis:), for
-	// keys.redis_hash; plansFailing tells that the last read of the hash failed.
-	redisClient  redis.UniversalClient
+	// hashes reads keys.redis_hash: the Redis store, set once in New (nil without
+	// redis:) and, unlike redis, never cleared by Close; plansFailing tells that the
+	// last read of the hash failed.
+	hashes       hashScanner
 	plansFailing atomic.Bool
 
 	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP

@@ -50,7 +50,7 @@ func TestClusterAccuracy(t *testing.T) {
 	}
 	runAccuracy(t, ss)
 	runCrossSlot(t, ss)
-	assertKeysExpire(t, ss[0].Client())
+	assertKeysExpire(t, ss[0].rdb)
 }
 
 func runAccuracy(t *testing.T, ss []*Store) {

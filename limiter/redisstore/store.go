@@ -357,9 +357,6 @@ func (s *Store) sync(ctx context.Context, samples int) error {
 	return s.measureClock(ctx, samples)
 }
 
-// Client returns the Redis client the store uses.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
-
 // EdgeID returns this edge's id in the fleet.
 func (s *Store) EdgeID() string { return s.edgeID }
 

@@ -1,0 +1,184 @@
+package importcheck
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// module is the module's path (DESIGN §2).
+const module = "github.com/h3edge/h3edge"
+
+// rule is one row of DESIGN §2's package table. A package of the module follows the
+// rule of the longest pkg that is its path or a parent of it, so a new sub-package
+// lives in its parent's room (limiter/x may import limiter and be imported where
+// limiter may) unless the table gives it a row of its own, as limiter/redisstore has.
+// The standard library is always allowed.
+type rule struct {
+	pkg      string   // module-relative path
+	imports  []string // the module's packages (module-relative) its code may import
+	external []string // the third-party packages its code may import; "p/..." is p and all below it
+	tests    []string // the module's packages its tests may import besides imports and pkg
+}
+
+// rules is DESIGN §2's table, with the third-party packages each row's words name.
+// Where the code needs more than the table says, the entry says why: those are the
+// table's to catch up with, not the code's to drop.
+var rules = []rule{
+	{pkg: "headers", external: []string{"github.com/dunglas/httpsfv"}},
+	{pkg: "limiter", external: []string{"golang.org/x/time/..."}},
+	{pkg: "limiter/redisstore", imports: []string{"limiter"}, external: []string{"github.com/redis/go-redis/v9/..."}},
+	{pkg: "quicconn", imports: []string{"limiter"}, external: []string{
+		"github.com/quic-go/quic-go/...",
+		// Beyond the table: the kernel's ban filter (classic BPF, SO_ATTACH_FILTER) and
+		// batched reads (recvmmsg) of the filtered UDP socket.
+		"golang.org/x/net/bpf", "golang.org/x/net/ipv4", "golang.org/x/sys/unix",
+	}},
+	{pkg: "certs"},
+	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs"}, external: []string{
+		// "All of the above": what the packages above import, go-redis excepted (only
+		// limiter/redisstore imports it), and what the edge alone uses.
+		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
+		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
+		"go.yaml.in/yaml/v3",                      // the configuration file
+	}, tests: []string{"bench"}},
+	{pkg: "bench", imports: []string{"headers"}, external: []string{
+		// "quic-go http3": http3's Transport takes a quic.Config and a quic.Transport,
+		// and its failures are quic-go's error types.
+		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
+		"github.com/HdrHistogram/hdrhistogram-go", // "an HDR histogram for the bench"
+		"golang.org/x/net/ipv4",                   // beyond the table: drop-cost's flood sends with sendmmsg
+	}},
+	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench"}},
+	{pkg: "cmd/h3bench", imports: []string{"bench"}},
+	{pkg: "cmd/internal/importcheck"},
+}
+
+// imports is what one package of the module imports: its code, and its tests (in
+// package and external together).
+type imports struct {
+	code, tests []string
+}
+
+// check returns a problem for each import in pkgs (import path → imports) that the
+// rules do not allow, sorted. Code is held to its row. Tests are held to their row's
+// module packages plus its tests column, but may import any third-party package: the
+// peers and tools they drive (go-redis to fill a Redis, chromedp, h2/h3 framers), none
+// of which ends up in a binary.
+func check(pkgs map[string]imports) []string {
+	var problems []string
+	for path, imp := range pkgs {
+		rel, ok := relative(path)
+		r := ruleOf(rel)
+		if !ok || r == nil {
+			problems = append(problems, fmt.Sprintf("%s: not a package of DESIGN §2's table (top level as given: cmd, edge, quicconn, limiter, headers, certs, bench)", path))
+			continue
+		}
+		for _, p := range imp.code {
+			if !allowed(r, p, false) {
+				problems = append(problems, fmt.Sprintf("%s imports %s: %s", rel, p, reason(r, p, false)))
+			}
+		}
+		for _, p := range imp.tests {
+			if !allowed(r, p, true) {
+				problems = append(problems, fmt.Sprintf("%s's tests import %s: %s", rel, p, reason(r, p, true)))
+			}
+		}
+	}
+	slices.Sort(problems)
+	return slices.Compact(problems)
+}
+
+// relative returns the module-relative path of a package of the module ("" for the
+// module's root), and false for a package outside it.
+func relative(path string) (string, bool) {
+	if path == module {
+		return "", true
+	}
+	rel, ok := strings.CutPrefix(path, module+"/")
+	return rel, ok
+}
+
+// ruleOf returns the rule of the module-relative package rel, or nil.
+func ruleOf(rel string) *rule {
+	var best *rule
+	for i, r := range rules {
+		if (rel == r.pkg || strings.HasPrefix(rel, r.pkg+"/")) && (best == nil || len(r.pkg) > len(best.pkg)) {
+			best = &rules[i]
+		}
+	}
+	return best
+}
+
+// allowed reports whether r's code (or its tests) may import path.
+func allowed(r *rule, path string, test bool) bool {
+	if std(path) {
+		return true
+	}
+	rel, ok := relative(path)
+	if !ok {
+		return test || slices.ContainsFunc(r.external, func(pat string) bool { return matches(pat, path) })
+	}
+	to := ruleOf(rel)
+	if to == nil {
+		return false
+	}
+	return to == r || slices.Contains(r.imports, to.pkg) || test && slices.Contains(r.tests, to.pkg)
+}
+
+// std reports whether path is a package of the standard library: its first element
+// has no dot (the test binary's "C" and vendored paths aside, which the module has not).
+func std(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// matches reports whether path is pat, or under it if pat ends in "/...".
+func matches(pat, path string) bool {
+	if base, ok := strings.CutSuffix(pat, "/..."); ok {
+		return path == base || strings.HasPrefix(path, base+"/")
+	}
+	return path == pat
+}
+
+// reason says which of DESIGN §2's rules an import breaks: the sentence of "Imports
+// point one way" it goes against, if one does, and the row it is outside of.
+func reason(r *rule, path string, test bool) string {
+	to := ""
+	if rel, ok := relative(path); ok {
+		if t := ruleOf(rel); t != nil {
+			to = t.pkg
+		} else {
+			to = "?"
+		}
+	}
+	var say string
+	switch {
+	case to == "edge":
+		say = "nothing imports edge but cmd"
+	case strings.HasPrefix(path, "github.com/redis/go-redis/"):
+		say = "only limiter/redisstore imports go-redis"
+	case strings.HasPrefix(path, "github.com/prometheus/"):
+		say = "only edge imports Prometheus"
+	case r.pkg == "limiter" && to == "limiter/redisstore":
+		say = "limiter does not know its Redis store"
+	case r.pkg == "bench" && (to == "limiter" || to == "limiter/redisstore"):
+		say = "bench never imports edge or limiter"
+	case (r.pkg == "headers" || r.pkg == "limiter") && (to == "quicconn" || strings.HasPrefix(path, "github.com/quic-go/")):
+		say = "headers and limiter know no server"
+	case (r.pkg == "quicconn" || r.pkg == "certs") && matches("github.com/quic-go/quic-go/http3/...", path):
+		say = "quicconn and certs know no HTTP server"
+	case to == "?":
+		say = "it is not a package of the table"
+	default:
+		say = "not in its row of the table"
+	}
+	row := append([]string{"std"}, r.imports...)
+	row = append(row, r.external...)
+	if test {
+		row = append(row, r.tests...)
+		row = append(row, "any third-party package")
+		return fmt.Sprintf("%s (DESIGN §2: %s's tests may import %s)", say, r.pkg, strings.Join(row, ", "))
+	}
+	return fmt.Sprintf("%s (DESIGN §2: %s imports %s)", say, r.pkg, strings.Join(row, ", "))
+}
