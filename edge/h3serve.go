@@ -24,10 +24,11 @@ import (
 // The price: quic-go keeps a connection's control stream to itself, so shutdown sends
 // no GOAWAY on HTTP/3. It does what GOAWAY leads to: new streams are refused with
 // H3_REQUEST_REJECTED (a client retries them on a new connection, which the closed
-// listener refuses) while the requests in flight finish; Server.Shutdown then closes
-// the connections with H3_NO_ERROR once no request has been in flight for a moment
-// (shutdownLinger, so the last responses leave first). Its methods are safe for
-// concurrent use.
+// listener refuses) while the requests in flight finish; each connection is then
+// closed with H3_NO_ERROR once its last request stream is done and a linger of a few
+// round trips has let the last responses be acknowledged (drainLinger). A connection
+// counts as gone only when its request goroutines have returned, so Shutdown returns
+// after every HTTP/3 handler. Its methods are safe for concurrent use.
 type h3Serve struct {
 	srv     *http3.Server
 	timeout time.Duration
@@ -39,13 +40,57 @@ type h3Serve struct {
 	// mu guards the fields below.
 	mu    sync.Mutex
 	conns map[*h3Conn]struct{}
-	empty chan struct{} // closed when conns becomes empty; nil unless shutdown waits
+	empty chan struct{} // closed when conns becomes empty; nil until shutdown waits
 }
 
 // h3Conn is one HTTP/3 connection.
 type h3Conn struct {
 	conn *quic.Conn
 	raw  *http3.RawServerConn
+
+	// mu guards the fields below. A stream is started under it only while the server
+	// is not stopped, so once stopped is set and idle seen closed, no stream follows.
+	mu     sync.Mutex
+	active int           // request streams being handled
+	idle   chan struct{} // closed when active falls to 0; nil unless waited for
+}
+
+// start counts a request stream in, or reports false once the server has stopped.
+func (c *h3Conn) start(h *h3Serve) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.stopped.Load() {
+		return false
+	}
+	c.active++
+	return true
+}
+
+// end counts a request stream out, once its handler has returned and quic-go has
+// finished its response.
+func (c *h3Conn) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active--; c.active == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// waitIdle returns a channel closed when no request stream is being handled.
+func (c *h3Conn) waitIdle() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	switch {
+	case c.active == 0:
+		close(ch)
+	case c.idle != nil:
+		ch = c.idle
+	default:
+		c.idle = ch
+	}
+	return ch
 }
 
 func newH3Serve(srv *http3.Server, timeout time.Duration, log *slog.Logger) *h3Serve {
@@ -93,9 +138,10 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 	for {
 		str, err := conn.AcceptStream(context.Background())
 		if err != nil {
-			return // the connection is closed
+			<-c.waitIdle() // the connection is closed: gone once its handlers are
+			return
 		}
-		if h.stopped.Load() {
+		if !c.start(h) {
 			str.ReleaseStreamCredit()
 			str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
 			str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
@@ -103,6 +149,7 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 		}
 		str.SetReadDeadline(time.Now().Add(h.timeout))
 		go func() {
+			defer c.end()
 			// The stack grows here, while the goroutine is empty, rather than twice
 			// deeper down: in quic-go's request parsing (crypto/tls's ConnectionState,
 			// whose frame grew in Go 1.27) and in the handler (growStack).
@@ -129,21 +176,29 @@ func (h *h3Serve) remove(c *h3Conn) {
 	defer h.mu.Unlock()
 	delete(h.conns, c)
 	if h.empty != nil && len(h.conns) == 0 {
-		close(h.empty)
-		h.empty = nil
+		select {
+		case <-h.empty:
+		default:
+			close(h.empty)
+		}
 	}
 }
 
-// shutdown refuses new streams and waits until every connection has closed, or ctx
+// shutdown refuses new streams, closes each connection once its request streams are
+// done and drainLinger has passed, and waits until every connection is gone, or ctx
 // ends (then it closes them and returns ctx's error). Close the listener first.
 func (h *h3Serve) shutdown(ctx context.Context) error {
 	h.stopped.Store(true)
 	h.mu.Lock()
-	empty := make(chan struct{})
-	if len(h.conns) == 0 {
-		close(empty)
-	} else {
-		h.empty = empty
+	if h.empty == nil {
+		h.empty = make(chan struct{})
+		if len(h.conns) == 0 {
+			close(h.empty)
+		}
+	}
+	empty := h.empty
+	for c := range h.conns {
+		go h.drain(ctx, c)
 	}
 	h.mu.Unlock()
 	select {
@@ -152,6 +207,32 @@ func (h *h3Serve) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		h.close()
 		return ctx.Err()
+	}
+}
+
+// drainLinger is how long a draining connection stays open after its last response:
+// the responses' last packets need about a round trip to be acknowledged, and a close
+// discards what is not.
+func drainLinger(c *quic.Conn) time.Duration {
+	return max(shutdownLinger, 4*c.ConnectionStats().SmoothedRTT)
+}
+
+// drain closes c once its request streams are done and drainLinger has passed.
+func (h *h3Serve) drain(ctx context.Context, c *h3Conn) {
+	select {
+	case <-c.waitIdle():
+	case <-c.conn.Context().Done():
+		return
+	case <-ctx.Done():
+		return
+	}
+	t := time.NewTimer(drainLinger(c.conn))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		c.raw.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+	case <-c.conn.Context().Done():
+	case <-ctx.Done():
 	}
 }
 
