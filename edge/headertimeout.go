@@ -77,11 +77,13 @@ func (c *h2HeaderGuard) Read(p []byte) (int, error) {
 			return c.Conn.Read(p)
 		}
 	}
-	switch {
-	case c.pending && !c.armed:
+	// A frame header cut short counts as a pending section too: nothing legitimate
+	// stops within a frame's 9 header bytes, and its type is not known yet.
+	switch pending := c.pending || c.nhdr > 0; {
+	case pending && !c.armed:
 		c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
 		c.armed = true
-	case !c.pending && c.armed:
+	case !pending && c.armed:
 		c.Conn.SetReadDeadline(time.Time{})
 		c.armed = false
 	}

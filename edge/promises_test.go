@@ -285,6 +285,31 @@ func TestHeaderTimeoutH1(t *testing.T) {
 // TestH2HeaderGuardFollow: the guard's frame state, whatever the reads' sizes: a header
 // section is pending from its HEADERS frame's header to the end of the frame that
 // carries END_HEADERS.
+// TestHeaderTimeoutH2PartialFrame sends 5 of a frame header's 9 bytes and stops: the
+// section that frame would begin is pending too, and the connection closes at the
+// header read timeout (shortened through Options) instead of the idle timeout.
+func TestHeaderTimeoutH2PartialFrame(t *testing.T) {
+	t.Parallel()
+	const d = 2 * time.Second
+	e := startEdgeWith(t, nil, Options{headerTimeout: d})
+	conn, fr := h2Dial(t, e.Addr().String())
+	start := time.Now()
+	if _, err := conn.Write([]byte{0, 0, 16, h2FrameHeaders, 0}); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(d + 5*time.Second))
+	for {
+		if _, err := fr.ReadFrame(); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the connection is still open %v after a partial frame header", time.Since(start).Round(time.Millisecond))
+			}
+			checkClosedIn(t, start, time.Now(), d)
+			return
+		}
+	}
+}
+
 func TestH2HeaderGuardFollow(t *testing.T) {
 	frame := func(typ, flags byte, n int) []byte {
 		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, 0, 0, 0, 1}, make([]byte, n)...)
