@@ -26,8 +26,8 @@ func (s *Server) track(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.inflight.Add(1)
 		defer s.inflight.Add(-1)
-		if r.ProtoMajor == 2 {
-			growStack() // HTTP/3's request goroutines grow theirs first (h3Serve)
+		if r.ProtoMajor >= 2 {
+			growStack() // on HTTP/3 mostly grown already (h3Serve): then it finds room
 		}
 		if r.ProtoMajor == 3 {
 			liftReadDeadline(w)
