@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dunglas/httpsfv"
+
 	"github.com/h3edge/h3edge/headers"
 )
 
@@ -123,8 +125,8 @@ func (c *fieldChecker) observe(resp *http.Response, client string, sent, recv ti
 		flag(ProblemOneField)
 		return
 	}
-	pols, err1 := headers.ParsePolicyField(polV)
-	lims, err2 := headers.ParseLimitField(limV)
+	pols, err1 := parsePolicies(polV)
+	lims, err2 := parseLimits(limV)
 	if err1 != nil || err2 != nil || len(pols) == 0 || len(lims) == 0 {
 		flag(ProblemMalformed)
 		return
@@ -143,23 +145,23 @@ func (c *fieldChecker) observe(resp *http.Response, client string, sent, recv ti
 	}
 	exhausted, counting := false, false
 	for _, l := range lims {
-		p, ok := findPolicy(pols, l.Name)
+		p, ok := findPolicy(pols, l.name)
 		if !ok {
 			flag(ProblemUnknownPolicy)
 		} else {
-			if l.Remaining > p.Quota {
+			if l.remaining > p.quota {
 				flag(ProblemAboveQuota)
 			}
-			if p.Unit == headers.UnitRequests {
+			if p.unit == headers.UnitRequests {
 				counting = true
-				exhausted = exhausted || l.Remaining == 0
+				exhausted = exhausted || l.remaining == 0
 			}
 		}
-		if resp.StatusCode == http.StatusTooManyRequests && hasRetry && l.Remaining == 0 && l.HasReset &&
-			retry < time.Duration(l.Reset)*time.Second {
+		if resp.StatusCode == http.StatusTooManyRequests && hasRetry && l.remaining == 0 && l.hasReset &&
+			retry < time.Duration(l.reset)*time.Second {
 			flag(ProblemRetryBeforeT)
 		}
-		if c.roseEarly(partition(l, client), fieldObs{r: l.Remaining, t: l.Reset, hasT: l.HasReset, sent: sent, recv: recv}) {
+		if c.roseEarly(partition(l, client), fieldObs{r: l.remaining, t: l.reset, hasT: l.hasReset, sent: sent, recv: recv}) {
 			flag(ProblemRoseEarly)
 		}
 	}
@@ -200,22 +202,119 @@ func (c *fieldChecker) stats() FieldStats {
 	return s
 }
 
-func findPolicy(ps []headers.PolicyItem, name string) (headers.PolicyItem, bool) {
+// policyItem is what the checks read of a well-formed RateLimit-Policy item.
+type policyItem struct {
+	name  string
+	quota int64        // q
+	unit  headers.Unit // qu; UnitRequests when absent
+}
+
+// limitItem is what the checks read of a well-formed RateLimit item.
+type limitItem struct {
+	name      string
+	remaining int64 // r
+	reset     int64 // t in seconds, valid if hasReset
+	hasReset  bool
+	pk        []byte // nil if absent
+}
+
+// parsePolicies parses the RateLimit-Policy field lines in values (as from
+// http.Header.Values) as one RFC 9651 List with httpsfv; a field that is not one is an
+// error. It keeps the well-formed items in order and skips the others, as the draft tells
+// clients to: a value that is not a String (or is an Inner List), a missing q or one that
+// is not a non-negative Integer, a w that is not a positive Integer, a qu that is not a
+// String, or a pk that is not a Byte Sequence. Other parameters are ignored.
+func parsePolicies(values []string) ([]policyItem, error) {
+	list, err := httpsfv.UnmarshalList(values)
+	if err != nil {
+		return nil, err
+	}
+	var out []policyItem
+	for _, m := range list {
+		it, _ := m.(httpsfv.Item)
+		name, ok := it.Value.(string)
+		if !ok {
+			continue
+		}
+		p := policyItem{name: name, unit: headers.UnitRequests}
+		q, _ := it.Params.Get("q")
+		if p.quota, ok = q.(int64); !ok || p.quota < 0 {
+			continue
+		}
+		if w, ok := it.Params.Get("w"); ok {
+			if w, ok := w.(int64); !ok || w <= 0 {
+				continue
+			}
+		}
+		if qu, ok := it.Params.Get("qu"); ok {
+			s, ok := qu.(string)
+			if !ok {
+				continue
+			}
+			p.unit = headers.Unit(s)
+		}
+		if pk, ok := it.Params.Get("pk"); ok {
+			if _, ok := pk.([]byte); !ok {
+				continue
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseLimits parses the RateLimit field lines in values like parsePolicies, skipping
+// items whose value is not a String, whose r is missing or not a non-negative Integer,
+// whose t is not a non-negative Integer, or whose pk is not a Byte Sequence.
+func parseLimits(values []string) ([]limitItem, error) {
+	list, err := httpsfv.UnmarshalList(values)
+	if err != nil {
+		return nil, err
+	}
+	var out []limitItem
+	for _, m := range list {
+		it, _ := m.(httpsfv.Item)
+		name, ok := it.Value.(string)
+		if !ok {
+			continue
+		}
+		l := limitItem{name: name}
+		r, _ := it.Params.Get("r")
+		if l.remaining, ok = r.(int64); !ok || l.remaining < 0 {
+			continue
+		}
+		if t, ok := it.Params.Get("t"); ok {
+			if l.reset, ok = t.(int64); !ok || l.reset < 0 {
+				continue
+			}
+			l.hasReset = true
+		}
+		if pk, ok := it.Params.Get("pk"); ok {
+			if l.pk, ok = pk.([]byte); !ok {
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func findPolicy(ps []policyItem, name string) (policyItem, bool) {
 	for _, p := range ps {
-		if p.Name == name {
+		if p.name == name {
 			return p, true
 		}
 	}
-	return headers.PolicyItem{}, false
+	return policyItem{}, false
 }
 
 // partition names the state a RateLimit item describes: the policy and the server's
 // partition key, or the client's own key when the server sends none.
-func partition(l headers.LimitItem, client string) string {
-	if l.PartitionKey != nil {
-		return l.Name + "\x00p" + string(l.PartitionKey)
+func partition(l limitItem, client string) string {
+	if l.pk != nil {
+		return l.name + "\x00p" + string(l.pk)
 	}
-	return l.Name + "\x00c" + client
+	return l.name + "\x00c" + client
 }
 
 // retryAfter reads Retry-After as delay-seconds or an HTTP-date (relative to now).
@@ -241,13 +340,13 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 // still available (the smallest r; -1 when the response carries no RateLimit field).
 func limitWait(resp *http.Response, now time.Time) (wait time.Duration, remaining int64) {
 	remaining = -1
-	if lims, err := headers.ParseLimitField(resp.Header.Values(headers.LimitFieldName)); err == nil {
+	if lims, err := parseLimits(resp.Header.Values(headers.LimitFieldName)); err == nil {
 		for _, l := range lims {
-			if remaining < 0 || l.Remaining < remaining {
-				remaining = l.Remaining
+			if remaining < 0 || l.remaining < remaining {
+				remaining = l.remaining
 			}
-			if l.Remaining == 0 && l.HasReset {
-				wait = max(wait, time.Duration(l.Reset)*time.Second)
+			if l.remaining == 0 && l.hasReset {
+				wait = max(wait, time.Duration(l.reset)*time.Second)
 			}
 		}
 	}

@@ -6,10 +6,137 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/headers"
 )
+
+func TestParsePolicies(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string
+		want   []policyItem
+	}{
+		{
+			name:   "draft example without space",
+			values: []string{`"burst";q=100;w=60,"daily";q=1000;w=86400`},
+			want:   []policyItem{{"burst", 100, headers.UnitRequests}, {"daily", 1000, headers.UnitRequests}},
+		},
+		{
+			name:   "draft example with pk",
+			values: []string{`"peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:`},
+			want:   []policyItem{{"peruser", 65535, headers.UnitContentBytes}},
+		},
+		{
+			name:   "split across field lines",
+			values: []string{`"burst";q=100;w=60`, `"inflight";q=10;qu="concurrent-requests"`},
+			want:   []policyItem{{"burst", 100, headers.UnitRequests}, {"inflight", 10, headers.UnitConcurrentRequests}},
+		},
+		{
+			name:   "malformed items skipped, others kept",
+			values: []string{`token;q=1, ("a");q=1, "noq";w=1, "negq";q=-1, "decq";q=1.5, "strq";q="1", "w0";q=1;w=0, "wneg";q=1;w=-5, "wtok";q=1;w=x, "qutok";q=1;qu=requests, "pkstr";q=1;pk="x", "ok";q=0`},
+			want:   []policyItem{{"ok", 0, headers.UnitRequests}},
+		},
+		{
+			name:   "unknown parameters and units kept as comments",
+			values: []string{`"a";q=5;*vendor-x=?1;comment="hi";qu="parsecs"`},
+			want:   []policyItem{{"a", 5, "parsecs"}},
+		},
+		{
+			name:   "repeated parameter: last value wins",
+			values: []string{`"a";q=-1;q=7, "b";q=7;q=-1`},
+			want:   []policyItem{{"a", 7, headers.UnitRequests}},
+		},
+		{
+			name:   "escaped name",
+			values: []string{`"a\"b\\c";q=1`},
+			want:   []policyItem{{`a"b\c`, 1, headers.UnitRequests}},
+		},
+		{name: "absent", values: nil, want: nil},
+		{name: "empty", values: []string{""}, want: nil},
+		{name: "only bad items", values: []string{`"x";w=1`}, want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parsePolicies(tt.values)
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("parsePolicies() = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string
+		want   []limitItem
+	}{
+		{
+			name:   "draft example",
+			values: []string{`"default";r=50;t=30`},
+			want:   []limitItem{{name: "default", remaining: 50, reset: 30, hasReset: true}},
+		},
+		{
+			name:   "draft example with pk",
+			values: []string{`"default";r=300000000;t=60;pk=:QXBwLTk5OQ==:`},
+			want:   []limitItem{{name: "default", remaining: 300000000, reset: 60, hasReset: true, pk: []byte("App-999")}},
+		},
+		{
+			name:   "ours, concurrency without t, empty pk",
+			values: []string{`"burst";r=42;t=17, "inflight";r=3;pk=::`},
+			want: []limitItem{
+				{name: "burst", remaining: 42, reset: 17, hasReset: true},
+				{name: "inflight", remaining: 3, pk: []byte{}},
+			},
+		},
+		{
+			name:   "malformed items skipped",
+			values: []string{`"nor";t=1, "negr";r=-1, "decr";r=1.0, "boolr";r, "negt";r=1;t=-1, "dect";r=1;t=1.5, "datet";r=1;t=@5, tok;r=1, ("i");r=1, "pk";r=1;pk=?1, "t0";r=0;t=0`},
+			want:   []limitItem{{name: "t0", remaining: 0, reset: 0, hasReset: true}},
+		},
+		{
+			name:   "whitespace tolerated where RFC 9651 allows",
+			values: []string{`   "a";r=1 ,	"b";r=2;  t=3   `},
+			want:   []limitItem{{name: "a", remaining: 1}, {name: "b", remaining: 2, reset: 3, hasReset: true}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseLimits(tt.values)
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("parseLimits() = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseMalformedField: a field that is not a valid List is an error, whatever items
+// came before the fault.
+func TestParseMalformedField(t *testing.T) {
+	for _, v := range [][]string{
+		{`"a";r=1,`},               // trailing comma
+		{`"a";r=1`, ``},            // empty line joins to a trailing comma
+		{`"a";r=1 "b";r=2`},        // missing comma
+		{`"a;r=1`},                 // unterminated String
+		{`"a";R=1`},                // upper-case key
+		{`"a";r=1000000000000000`}, // 16 digits
+		{`"a";pk=:AAA:`},           // base64 without padding
+		{`"a";r=1;x=%"%C3%A9"`},    // upper-case hex in Display String
+		{`"a";r=1;x=%"%ff"`},       // Display String not UTF-8
+		{"\t\"a\";r=1"},            // leading tab
+		{`"é";r=1`},                // non-ASCII in String
+	} {
+		ps, perr := parsePolicies(v)
+		ls, lerr := parseLimits(v)
+		if perr == nil || lerr == nil || ps != nil || ls != nil {
+			t.Errorf("%q: got %v, %v, %v, %v; want errors and no items", v, ps, perr, ls, lerr)
+		}
+	}
+}
 
 func fieldResp(code int, policy, limit, retry string) *http.Response {
 	h := http.Header{}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -13,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/ipv4"
@@ -425,36 +427,67 @@ func scrapeMetrics(ctx context.Context, admin netip.AddrPort) (map[string]float6
 	return parseExposition(resp.Body)
 }
 
-// parseExposition parses Prometheus text exposition lines "series value [timestamp]";
-// comments and blank lines are skipped.
+// parseExposition parses a Prometheus text exposition with expfmt into a map from series
+// to value. A series is spelled as client_golang prints it: name{label="value",…}, labels
+// in name order but for a histogram bucket's le and a summary's quantile, which come last.
 func parseExposition(r io.Reader) (map[string]float64, error) {
-	out := make(map[string]float64)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The series may hold spaces inside label values: split after the labels.
-		rest, series := line, ""
-		if i := strings.LastIndexByte(line, '}'); i >= 0 {
-			series, rest = line[:i+1], strings.TrimSpace(line[i+1:])
-		} else {
-			name, r, ok := strings.Cut(line, " ")
-			if !ok {
-				return nil, fmt.Errorf("bench: metrics: no value in %q", line)
-			}
-			series, rest = name, strings.TrimSpace(r)
-		}
-		val, _, _ := strings.Cut(rest, " ")
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			return nil, fmt.Errorf("bench: metrics: bad value in %q", line)
-		}
-		out[series] = v
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("bench: metrics: %w", err)
 	}
-	return out, sc.Err()
+	out := make(map[string]float64)
+	for _, f := range fams {
+		samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, f)
+		if err != nil {
+			return nil, fmt.Errorf("bench: metrics: %w", err)
+		}
+		for _, s := range samples {
+			out[seriesName(s.Metric)] = float64(s.Value)
+		}
+	}
+	return out, nil
+}
+
+// labelEscaper escapes a label value as the text exposition does.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// seriesName spells m as parseExposition's keys do.
+func seriesName(m model.Metric) string {
+	names := make([]model.LabelName, 0, len(m))
+	for k := range m {
+		if k != model.MetricNameLabel {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return string(m[model.MetricNameLabel])
+	}
+	last := func(k model.LabelName) bool { return k == model.BucketLabel || k == model.QuantileLabel }
+	slices.SortFunc(names, func(a, b model.LabelName) int {
+		if la, lb := last(a), last(b); la != lb {
+			if la {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(string(a), string(b))
+	})
+	var b strings.Builder
+	b.WriteString(string(m[model.MetricNameLabel]))
+	for i, k := range names {
+		if i == 0 {
+			b.WriteByte('{')
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(string(k))
+		b.WriteString(`="`)
+		labelEscaper.WriteString(&b, string(m[k]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // banSource bans prefix on h3edge through its admin API for d.

@@ -16,11 +16,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 )
 
 // The scenario tests run each implemented scenario in short mode against real
@@ -281,6 +285,51 @@ go_info{version="go1.26.8"} 1
 	}
 	if _, err := parseExposition(strings.NewReader("h3edge_bad{} x\n")); err == nil {
 		t.Error("a bad value parsed")
+	}
+}
+
+// TestParseExpositionAsPrinted: every series client_golang writes is a key, spelled as the
+// line prints it, whatever the metric's type.
+func TestParseExpositionAsPrinted(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h3edge_requests_total", Help: "Requests."}, []string{"proto", "code"})
+	c.WithLabelValues("h3", "429").Add(1.5e6)
+	c.WithLabelValues(`a "q" \ b`+"\n}", "200").Inc()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "h3edge_open_connections", Help: "Open."})
+	g.Set(-2.25)
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "h3edge_store_duration_seconds", Help: "Store.", Buckets: []float64{0.0005, 1, 2.5}}, []string{"store"})
+	h.WithLabelValues("redis").Observe(0.7)
+	sm := prometheus.NewSummary(prometheus.SummaryOpts{Name: "h3edge_x_seconds", Help: "X.", Objectives: map[float64]float64{0.5: 0.05, 0.99: 0.001}})
+	sm.Observe(3)
+	reg.MustRegister(c, g, h, sm)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&text, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]float64{}
+	for line := range strings.Lines(text.String()) {
+		if line = strings.TrimSuffix(line, "\n"); line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		want[line[:i]] = v
+	}
+	got, err := parseExposition(&text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 13 || !maps.Equal(got, want) {
+		t.Errorf("got %v,\nwant %v", got, want)
 	}
 }
 

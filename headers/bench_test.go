@@ -55,29 +55,6 @@ func BenchmarkPolicyField(b *testing.B) {
 	}
 }
 
-func BenchmarkParseLimitField(b *testing.B) {
-	values := []string{string(AppendLimitField(nil, benchLimits()))}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ParseLimitField(values); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkHttpsfvParseLimitField is the reference parser on the same field, for comparison.
-func BenchmarkHttpsfvParseLimitField(b *testing.B) {
-	values := []string{string(AppendLimitField(nil, benchLimits()))}
-	b.ReportAllocs()
-	for b.Loop() {
-		l, err := httpsfv.UnmarshalList(values)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = refLimits(l)
-	}
-}
-
 // BenchmarkHttpsfvMarshal builds the same RateLimit value as BenchmarkAppendLimitField
 // through httpsfv, for comparison.
 func BenchmarkHttpsfvMarshal(b *testing.B) {

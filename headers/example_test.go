@@ -76,34 +76,3 @@ func ExampleSetLegacy() {
 	// Output:
 	// 1000 7 80211
 }
-
-func ExampleParseLimitField() {
-	h := http.Header{}
-	h.Add("RateLimit", `"burst";r=42;t=17, "daily";r=-1;t=5`) // daily is malformed: r < 0
-	h.Add("RateLimit", `"inflight";r=3;pk=:AQIDBAUGBwg=:`)
-	items, err := headers.ParseLimitField(h.Values("RateLimit"))
-	if err != nil {
-		fmt.Println("ignored:", err)
-		return
-	}
-	for _, it := range items {
-		fmt.Printf("%s r=%d t=%d hasT=%v pk=%x\n", it.Name, it.Remaining, it.Reset, it.HasReset, it.PartitionKey)
-	}
-	// Output:
-	// burst r=42 t=17 hasT=true pk=
-	// inflight r=3 t=0 hasT=false pk=0102030405060708
-}
-
-func ExampleParsePolicyField() {
-	items, err := headers.ParsePolicyField([]string{`"burst";q=100;w=60,"peruser";q=65535;qu="content-bytes";w=10`})
-	if err != nil {
-		fmt.Println("ignored:", err)
-		return
-	}
-	for _, it := range items {
-		fmt.Printf("%s q=%d w=%d qu=%s\n", it.Name, it.Quota, it.Window, it.Unit)
-	}
-	// Output:
-	// burst q=100 w=60 qu=requests
-	// peruser q=65535 w=10 qu=content-bytes
-}

@@ -1,16 +1,16 @@
-// Package headers builds and parses the response fields h3edge speaks about rate limits:
+// Package headers builds the response fields h3edge speaks about rate limits:
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11, Structured Field
 // Lists per RFC 9651), Retry-After, the legacy X-RateLimit-* trio, and the RFC 9457 problem
 // documents sent with 429, 503 and other error responses.
 //
-// The server side appends to caller-owned byte slices and allocates nothing on the hot path;
+// It appends to caller-owned byte slices and allocates nothing on the hot path;
 // RateLimit-Policy is stable per policy set, so it is built once (PolicyField) and cached by
-// the caller. The client side (ParsePolicyField, ParseLimitField) follows the draft's rule
-// that malformed fields and malformed items are ignored, and is fuzzed against
-// github.com/dunglas/httpsfv as the reference parser.
+// the caller. The fields are written by hand rather than through
+// github.com/dunglas/httpsfv, for speed, and fuzzed against it: each must equal what
+// httpsfv.Marshal writes and read back through httpsfv.UnmarshalList. A client that needs to
+// read them parses them with httpsfv (h3edge's bench does); this package has no parser.
 //
-// All functions are safe for concurrent use and keep no references to their arguments,
-// except that parsed names may share memory with the field values they came from.
+// All functions are safe for concurrent use and keep no references to their arguments.
 package headers
 
 import (

@@ -48,6 +48,12 @@ var rules = []rule{
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
 		"github.com/HdrHistogram/hdrhistogram-go", // "an HDR histogram for the bench"
 		"golang.org/x/net/ipv4",                   // beyond the table: drop-cost's flood sends with sendmmsg
+		// Beyond the table: the fields checker parses the RateLimit fields h3edge sends
+		// (headers only builds them).
+		"github.com/dunglas/httpsfv",
+		// Beyond the table: drop-cost reads h3edge's /metrics with Prometheus's own
+		// text parser (the format package, not client_golang: bench registers nothing).
+		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
 	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench"}},
 	{pkg: "cmd/h3bench", imports: []string{"bench"}},
