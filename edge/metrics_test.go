@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -351,17 +352,29 @@ func (w *nopWriter) Header() http.Header         { return w.h }
 func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *nopWriter) WriteHeader(int)             {}
 
-// testMetrics returns metrics on a fresh registry for a server that is not started.
+// testMetrics returns the metrics and registry of a server New made, not listening, so
+// that instrument can be measured alone.
 func testMetrics(t testing.TB) (*metrics, *prometheus.Registry) {
 	t.Helper()
-	srv := &Server{}
-	srv.rules.Store(&rules{v4: 32, v6: 64})
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, srv)
+	s, err := New(opsConfig(t, nil, ""), Options{Logger: slog.New(slog.DiscardHandler), CertCacheDir: certCache(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m, reg
+	return s.metrics, s.registry
+}
+
+// gathered reads reg's h3edge samples as scrape does.
+func gathered(t testing.TB, reg prometheus.Gatherer) (map[string]float64, string) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, f := range fams {
+		expfmt.MetricFamilyToText(&buf, f)
+	}
+	return parseExposition(t, buf.Bytes()), buf.String()
 }
 
 // TestInstrumentCodes: the status recorded is the final one the handler sent.
@@ -386,17 +399,14 @@ func TestInstrumentCodes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, reg := testMetrics(t)
+			series := fmt.Sprintf(`h3edge_requests_total{code="%d",proto="h2"}`, tc.code)
+			before, _ := gathered(t, reg)
 			r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
 			r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 2
 			m.instrument(tc.handler).ServeHTTP(&nopWriter{h: http.Header{}}, r)
-			var buf bytes.Buffer
-			fams, _ := reg.Gather()
-			for _, f := range fams {
-				expfmt.MetricFamilyToText(&buf, f)
-			}
-			got := parseExposition(t, buf.Bytes())
-			if v := got[fmt.Sprintf(`h3edge_requests_total{code="%d",proto="h2"}`, tc.code)]; v != 1 {
-				t.Errorf("requests_total{code=%d,proto=h2} = %v\n%s", tc.code, v, buf.String())
+			got, text := gathered(t, reg)
+			if d := got[series] - before[series]; d != 1 {
+				t.Errorf("requests_total{code=%d,proto=h2} rose by %v\n%s", tc.code, d, text)
 			}
 		})
 	}
