@@ -54,9 +54,8 @@ type adminBan struct {
 	Strikes int `json:"strikes,omitempty"`
 }
 
-// banList is the penalty box as the admin API uses it. The penalty box (limiter) will
-// satisfy it, directly or through a small adapter; until then the bans endpoints answer
-// 501.
+// banList is the penalty box as the admin API uses it; boxBans adapts the server's
+// penalty.Box to it.
 type banList interface {
 	// List returns the bans in force at now.
 	List(now time.Time) []adminBan
@@ -333,7 +332,8 @@ func errorLines(err error) []string {
 	return out
 }
 
-// banList returns the penalty box, or answers 501 and returns nil while there is none.
+// banList returns the penalty box, or answers 501 and returns nil when the admin API
+// has none (New always gives it boxBans).
 func (a *admin) banList(w http.ResponseWriter) banList {
 	if a.m == nil || a.m.bans == nil {
 		writeAdminProblem(w, http.StatusNotImplemented, "the penalty box is not available in this build", nil)
@@ -523,7 +523,7 @@ type storeBody struct {
 }
 
 type bansBody struct {
-	Available bool       `json:"available"` // false until the penalty box exists
+	Available bool       `json:"available"` // false without a penalty box (New always has one)
 	Active    int        `json:"active"`
 	Total     uint64     `json:"total"`
 	List      []adminBan `json:"list"` // the first 100

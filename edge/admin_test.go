@@ -7,35 +7,35 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// opsEdge is a test edge with its metrics and admin listener running.
+// opsEdge is a test edge started as production starts one: Listen binds its admin
+// listener, which serves the server's own registry and metrics, its chain counts the
+// requests, and the ban endpoints reach its penalty box through boxBans.
 type opsEdge struct {
 	*testEdge
-	reg      *prometheus.Registry
-	m        *metrics
-	admin    *adminServer
-	adminURL string // http://127.0.0.1:PORT
+	adminURL string // http://127.0.0.1:PORT, the listener Listen started
 	token    string
 }
 
-// opsConfig is the test configuration: startEdge's, changed by mutate, validated, with
-// the admin listener on a free loopback port.
+// opsConfig is the test configuration: startEdge's, changed by mutate, with the admin
+// listener on a free loopback port, validated.
 func opsConfig(t testing.TB, mutate func(*Config), token string) *Config {
 	t.Helper()
 	cfg := Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.IP = roomyIP
+	cfg.Admin = AdminConfig{Listen: "127.0.0.1:0", Token: token}
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -43,58 +43,87 @@ func opsConfig(t testing.TB, mutate func(*Config), token string) *Config {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	// Set after Validate: this build still lists admin among the keys it refuses.
-	cfg.Admin = AdminConfig{Listen: "127.0.0.1:0", Token: token}
 	return cfg
 }
 
-// startOps starts an edge as startEdge does, plus its metrics and admin listener.
-// load, if not nil, is the edge's Options.Load (what a reload reads).
+// startOps starts an edge as startEdge does and returns it with a client for the admin
+// listener that Listen started. load, if not nil, is the edge's Options.Load (what a
+// reload reads). When the edge is closed, the admin listener must be closed too and
+// must not have failed.
 func startOps(t testing.TB, mutate func(*Config), token string, load func() (*Config, error)) *opsEdge {
 	t.Helper()
 	cfg := opsConfig(t, mutate, token)
-	log := slog.New(slog.DiscardHandler)
+	var h slog.Handler = slog.DiscardHandler
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h = slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
-	s, err := New(cfg, Options{Logger: log, CertCacheDir: certCache(t), Load: load})
+	failed := &noteHandler{Handler: h, msg: "admin listener failed", seen: new(atomic.Pointer[string])}
+	s, err := New(cfg, Options{Logger: slog.New(failed), CertCacheDir: certCache(t), Load: load})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Test wiring: in production chain() places instrument inside streamBudget.
-	s.handler = m.instrument(s.handler)
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	adm, err := startAdmin(cfg.Admin, s.adminHandler(reg, m), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	adminAddr := s.AdminAddr().String()
 	e := &opsEdge{
 		testEdge: &testEdge{Server: s, port: s.Addr().Port, done: make(chan error, 1)},
-		reg:      reg, m: m, admin: adm, token: token,
-		adminURL: "http://" + adm.addr().String(),
+		token:    token, adminURL: "http://" + adminAddr,
 	}
 	e.url = fmt.Sprintf("https://127.0.0.1:%d", e.port)
-	adminDone := make(chan error, 1)
 	go func() { e.done <- s.Serve() }()
-	go func() { adminDone <- adm.serve() }()
 	t.Cleanup(func() {
-		adm.close()
 		s.Close()
 		if err := <-e.done; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("Serve: %v", err)
 		}
-		if err := <-adminDone; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("admin serve: %v", err)
+		if msg := failed.seen.Load(); msg != nil {
+			t.Errorf("admin serve: %s", *msg)
+		}
+		if c, err := net.DialTimeout("tcp", adminAddr, time.Second); err == nil {
+			c.Close()
+			t.Errorf("the admin listener %s still accepts after Close", adminAddr)
 		}
 	})
 	return e
+}
+
+// noteHandler passes records on to Handler and keeps, in seen, the error of the last
+// one whose message is msg, at any level.
+type noteHandler struct {
+	slog.Handler
+	msg  string
+	seen *atomic.Pointer[string]
+}
+
+// Enabled implements slog.Handler: every level, so that msg is seen under a discarding
+// Handler too.
+func (h *noteHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle implements slog.Handler.
+func (h *noteHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		note := r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			note += " " + a.String()
+			return true
+		})
+		h.seen.Store(&note)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h *noteHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &noteHandler{Handler: h.Handler.WithAttrs(as), msg: h.msg, seen: h.seen}
+}
+
+// WithGroup implements slog.Handler.
+func (h *noteHandler) WithGroup(name string) slog.Handler {
+	return &noteHandler{Handler: h.Handler.WithGroup(name), msg: h.msg, seen: h.seen}
 }
 
 // call sends an admin request with the edge's token and returns the status and body.
@@ -129,58 +158,6 @@ func (e *opsEdge) call(t testing.TB, method, path string, body io.Reader, hdr ..
 var adminClient = &http.Client{Timeout: 10 * time.Second,
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
-// fakeBans is a banList until the penalty box exists.
-type fakeBans struct {
-	mu     sync.Mutex
-	bans   []adminBan
-	lifted []netip.Prefix
-	total  uint64
-}
-
-// List implements banList.
-func (f *fakeBans) List(now time.Time) []adminBan {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.bans)
-}
-
-// Add implements banList.
-func (f *fakeBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Duration, reason string) (adminBan, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	b := adminBan{Prefix: p, Since: now, Until: now.Add(d), Reason: reason, Strikes: 1}
-	f.bans = append(f.bans, b)
-	f.total++
-	return b, nil
-}
-
-// Lift implements banList.
-func (f *fakeBans) Lift(_ context.Context, p netip.Prefix) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	i := slices.IndexFunc(f.bans, func(b adminBan) bool { return b.Prefix == p })
-	if i < 0 {
-		return false, nil
-	}
-	f.bans = slices.Delete(f.bans, i, i+1)
-	f.lifted = append(f.lifted, p)
-	return true, nil
-}
-
-// Counts implements banCounter.
-func (f *fakeBans) Counts() (int, uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.bans), f.total
-}
-
-// liftedAny reports whether p was lifted.
-func (f *fakeBans) liftedAny(p netip.Prefix) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Contains(f.lifted, p)
-}
-
 // TestAdminToken: with admin.token set, every endpoint but health and the dashboard's
 // files wants it; a wrong or missing token gets 401.
 func TestAdminToken(t *testing.T) {
@@ -195,7 +172,7 @@ func TestAdminToken(t *testing.T) {
 		{"/api/v1/config", 401, 200},
 		{"/api/v1/stats", 401, 200},
 		{"/api/v1/top", 401, 200},
-		{"/api/v1/bans", 401, 501},
+		{"/api/v1/bans", 401, 200},
 		{"/healthz", 200, 200},
 		{"/readyz", 200, 200},
 		{"/ui/", 200, 200},
@@ -390,21 +367,16 @@ func TestAdminReload(t *testing.T) {
 	resp.Body.Close()
 }
 
-// TestAdminBans: 501 without a penalty box; with one, list, ban and unban.
+// TestAdminBans: list, ban and unban through the API, against the server's penalty
+// box (boxBans): what the API sets is what the box enforces.
 func TestAdminBans(t *testing.T) {
 	e := startOps(t, nil, "tok", nil)
-	for _, r := range []struct{ method, path string }{
-		{"GET", "/api/v1/bans"}, {"POST", "/api/v1/bans"}, {"DELETE", "/api/v1/bans/192.0.2.1"},
-	} {
-		if code, h, _ := e.call(t, r.method, r.path, strings.NewReader(`{}`), "Content-Type", "application/json"); code != 501 ||
-			h.Get("Content-Type") != "application/problem+json" {
-			t.Errorf("%s %s without a penalty box: %d", r.method, r.path, code)
-		}
+	if code, _, body := e.call(t, "GET", "/api/v1/bans", nil); code != 200 || !strings.Contains(string(body), `"bans": []`) {
+		t.Errorf("GET /api/v1/bans with no ban: %d %s, want 200 and an empty list", code, body)
 	}
 
-	fb := &fakeBans{}
-	e.m.bans = fb
 	json1 := []string{"Content-Type", "application/json"}
+	before := time.Now()
 	for _, tc := range []struct {
 		body string
 		hdr  []string
@@ -426,6 +398,12 @@ func TestAdminBans(t *testing.T) {
 			t.Errorf("201 without Location: %v", h)
 		}
 	}
+	after := time.Now()
+	for addr, want := range map[string]bool{"203.0.113.200": true, "203.0.114.1": false, "2001:db8::1": true, "2001:db8::2": false} {
+		if got := e.box.Banned(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("after the POSTs the penalty box bans %s: %v, want %v", addr, got, want)
+		}
+	}
 	code, _, body := e.call(t, "GET", "/api/v1/bans", nil)
 	var list banListBody
 	json.Unmarshal(body, &list)
@@ -433,8 +411,19 @@ func TestAdminBans(t *testing.T) {
 		list.Bans[0].Reason != "scraper" || list.Bans[1].Prefix.String() != "2001:db8::1/128" || list.Bans[1].Reason != "manual" {
 		t.Fatalf("GET /api/v1/bans: %d %s", code, body)
 	}
+	// The box's own record: the durations asked for (abuse.ban when none), a first ban.
+	for i, d := range []time.Duration{10 * time.Minute, e.Config().Abuse.Ban} {
+		b := list.Bans[i]
+		if b.Until.Before(before.Add(d)) || b.Until.After(after.Add(d)) || b.Strikes != 1 {
+			t.Errorf("ban %s: until %v, strikes %d; want until now+%v, strikes 1", b.Prefix, b.Until, b.Strikes, d)
+		}
+	}
+
 	if code, _, _ := e.call(t, "DELETE", "/api/v1/bans/203.0.113.0/24", nil); code != 204 {
 		t.Errorf("DELETE 203.0.113.0/24: %d, want 204", code)
+	}
+	if e.box.Banned(netip.MustParseAddr("203.0.113.200")) {
+		t.Error("203.0.113.0/24 is still banned after its DELETE")
 	}
 	if code, _, _ := e.call(t, "DELETE", "/api/v1/bans/203.0.113.0%2F24", nil); code != 404 {
 		t.Errorf("DELETE again: %d, want 404", code)
@@ -445,6 +434,31 @@ func TestAdminBans(t *testing.T) {
 	if code, _, _ := e.call(t, "DELETE", "/api/v1/bans/not-a-prefix", nil); code != 400 {
 		t.Errorf("DELETE not-a-prefix: %d, want 400", code)
 	}
+	if bans := e.box.List(time.Now()); len(bans) != 0 {
+		t.Errorf("bans left in the penalty box: %v", bans)
+	}
+}
+
+// TestAdminBansWithoutBox: an admin API without a ban list answers 501 on the ban
+// endpoints. Listen always gives it one (boxBans); this covers banList's nil guard.
+func TestAdminBansWithoutBox(t *testing.T) {
+	s, err := New(opsConfig(t, nil, "tok"), Options{Logger: slog.New(slog.DiscardHandler), CertCacheDir: certCache(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.newAdmin(s.registry, nil)
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/api/v1/bans"}, {"POST", "/api/v1/bans"}, {"DELETE", "/api/v1/bans/192.0.2.1"},
+	} {
+		req := httptest.NewRequest(r.method, "http://127.0.0.1"+r.path, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer tok")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 501 || rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s without a penalty box: %d", r.method, r.path, rec.Code)
+		}
+	}
 }
 
 // TestAdminTopParam: n is bounded.
@@ -452,7 +466,7 @@ func TestAdminTopParam(t *testing.T) {
 	e := startOps(t, nil, "", nil)
 	for i := range 30 {
 		for range 30 - i {
-			e.m.observeKey(zipfKey(uint64(i)))
+			e.metrics.observeKey(zipfKey(uint64(i)))
 		}
 	}
 	for _, tc := range []struct {
@@ -475,12 +489,9 @@ func TestAdminReadyz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := s.adminHandler(reg, m)
+	// The handler Listen serves on the admin listener, called directly: before Listen
+	// and after Close there is no listener to ask.
+	h := s.adminHandler(s.registry, s.metrics)
 	readyz := func() (int, readiness) {
 		req, _ := http.NewRequest("GET", "http://127.0.0.1/readyz", nil)
 		rec := httptest.NewRecorder()

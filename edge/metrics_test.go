@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/quic-go/quic-go"
 
+	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -243,8 +245,9 @@ func TestMetricsRefusals(t *testing.T) {
 		t.Fatal("a second TCP connection was admitted")
 	}
 
-	// QUIC: the guard's ConnContext as the transport calls it, wrapped.
-	cc := e.m.connContext(e.guard.ConnContext)
+	// QUIC: the transport's ConnContext as Serve wired it (the guard's, counted), called
+	// as quic-go calls it for a new connection.
+	cc := e.quicConnContext(t)
 	info := &quic.ClientInfo{RemoteAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4433}}
 	if _, err := cc(context.Background(), info); !errors.Is(err, quicconn.ErrMaxConns) {
 		t.Fatalf("ConnContext: %v, want ErrMaxConns", err)
@@ -255,9 +258,24 @@ func TestMetricsRefusals(t *testing.T) {
 		t.Fatalf("ConnContext for a new source: %v", err)
 	}
 	cancel()
-	e.m.connContext(func(context.Context, *quic.ClientInfo) (context.Context, error) {
-		return nil, quicconn.ErrBanned
-	})(context.Background(), info)
+	// A banned source, banned in the penalty box through the admin API. The box holds
+	// quicconn.MaxKernelIPv4 broader bans first, which fill the kernel ban filter: the
+	// source's /32 is left to the user-space filter, whose drops are reason="banned".
+	now := time.Now()
+	for i := range quicconn.MaxKernelIPv4 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18 + byte(i>>8), byte(i), 0}), 24)
+		if err := e.box.Add(penalty.Ban{Prefix: p, Until: now.Add(10 * time.Minute), Reason: "filler"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	banned := net.IPv4(127, 0, 0, 30)
+	if code, _, body := e.call(t, "POST", "/api/v1/bans", strings.NewReader(`{"prefix":"127.0.0.30"}`),
+		"Content-Type", "application/json"); code != 201 {
+		t.Fatalf("banning 127.0.0.30: %d %s", code, body)
+	}
+	if _, err := cc(context.Background(), &quic.ClientInfo{RemoteAddr: &net.UDPAddr{IP: banned, Port: 4433}}); !errors.Is(err, quicconn.ErrBanned) {
+		t.Fatalf("ConnContext for a banned source: %v, want ErrBanned", err)
+	}
 
 	got := e.scrape(t)
 	for series, want := range map[string]float64{
@@ -271,57 +289,66 @@ func TestMetricsRefusals(t *testing.T) {
 		}
 	}
 
-	// Dropped datagrams: a guard that bans 127.0.0.1, its socket, one datagram.
-	g, err := newGuard(roomyIP, func(a netip.Addr) bool { return a == netip.MustParseAddr("127.0.0.1") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &Server{guard: g}
-	srv.rules.Store(&rules{})
-	reg := prometheus.NewRegistry()
-	if _, err := newMetrics(reg, srv); err != nil {
-		t.Fatal(err)
-	}
-	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer uc.Close()
-	sock := g.WrapConn(uc)
-	sender, err := net.DialUDP("udp", nil, uc.LocalAddr().(*net.UDPAddr))
+	// Dropped datagrams: the banned source sends datagrams to the edge's UDP socket,
+	// which its QUIC transport reads through the guard.
+	const sent = 3
+	droppedBanned := `h3edge_dropped_datagrams_total{reason="banned"}`
+	droppedKernel := `h3edge_dropped_datagrams_total{reason="kernel"}`
+	before := got[droppedBanned]
+	sender, err := net.DialUDP("udp", &net.UDPAddr{IP: banned}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: e.port})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sender.Close()
-	sender.Write([]byte("initial?"))
-	uc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	if _, _, err := sock.ReadFrom(make([]byte, 1500)); err == nil {
-		t.Fatal("a datagram from a banned source was read")
+	for range sent {
+		if _, err := sender.Write([]byte("initial?")); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var buf bytes.Buffer
-	fams, _ := reg.Gather()
-	for _, f := range fams {
-		expfmt.MetricFamilyToText(&buf, f)
+	var m map[string]float64
+	waitFor(t, 5*time.Second, func() bool {
+		m = e.scrape(t)
+		return m[droppedBanned]-before+m[droppedKernel] >= sent
+	})
+	if d := m[droppedBanned] - before; d != sent || m[droppedKernel] != 0 {
+		t.Errorf("dropped_datagrams_total{reason=banned} rose by %v, {reason=kernel} is %v; want %d and 0", d, m[droppedKernel], sent)
 	}
-	if v := parseExposition(t, buf.Bytes())[`h3edge_dropped_datagrams_total{reason="banned"}`]; v != 1 {
-		t.Errorf("dropped_datagrams_total{reason=banned} = %v, want 1\n%s", v, buf.String())
-	}
+}
+
+// quicConnContext is the ConnContext of e's QUIC transport, once Serve has made it.
+func (e *opsEdge) quicConnContext(t testing.TB) func(context.Context, *quic.ClientInfo) (context.Context, error) {
+	t.Helper()
+	var cc func(context.Context, *quic.ClientInfo) (context.Context, error)
+	waitFor(t, 5*time.Second, func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.quicTr != nil {
+			cc = e.quicTr.ConnContext
+		}
+		return cc != nil
+	})
+	return cc
 }
 
 // TestMetricsStoreAndBans: the store hooks and the penalty box's counts.
 func TestMetricsStoreAndBans(t *testing.T) {
 	e := startOps(t, withPolicies(Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", nil)
-	e.m.observeStore(2*time.Millisecond, nil)
-	e.m.observeStore(10*time.Millisecond, errors.New("i/o timeout"))
-	e.m.storeFailed("burst", true)
-	e.m.storeFailed("burst", true)
-	e.m.storeFailed("burst", false)
-	fb := &fakeBans{}
-	fb.Add(context.Background(), netip.MustParsePrefix("203.0.113.0/24"), time.Now(), time.Minute, "abuse")
-	fb.Add(context.Background(), netip.MustParsePrefix("198.51.100.0/24"), time.Now(), time.Minute, "abuse")
-	fb.Lift(context.Background(), netip.MustParsePrefix("198.51.100.0/24"))
-	e.m.bans = fb
-	e.m.breaker = func() bool { return true }
+	e.metrics.observeStore(2*time.Millisecond, nil)
+	e.metrics.observeStore(10*time.Millisecond, errors.New("i/o timeout"))
+	e.metrics.storeFailed("burst", true)
+	e.metrics.storeFailed("burst", true)
+	e.metrics.storeFailed("burst", false)
+	// Two bans in the penalty box, one lifted: one in force, two made.
+	for _, p := range []string{"203.0.113.0/24", "198.51.100.0/24"} {
+		if code, _, body := e.call(t, "POST", "/api/v1/bans", strings.NewReader(`{"prefix":"`+p+`","duration":"1m","reason":"abuse"}`),
+			"Content-Type", "application/json"); code != 201 {
+			t.Fatalf("banning %s: %d %s", p, code, body)
+		}
+	}
+	if code, _, body := e.call(t, "DELETE", "/api/v1/bans/198.51.100.0/24", nil); code != 204 {
+		t.Fatalf("lifting 198.51.100.0/24: %d %s", code, body)
+	}
+	e.metrics.breaker = func() bool { return true }
 	got := e.scrape(t)
 	for series, want := range map[string]float64{
 		`h3edge_store_breaker_open`:                                               1,
@@ -351,17 +378,29 @@ func (w *nopWriter) Header() http.Header         { return w.h }
 func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *nopWriter) WriteHeader(int)             {}
 
-// testMetrics returns metrics on a fresh registry for a server that is not started.
+// testMetrics returns the metrics and registry of a server New made, not listening, so
+// that instrument can be measured alone.
 func testMetrics(t testing.TB) (*metrics, *prometheus.Registry) {
 	t.Helper()
-	srv := &Server{}
-	srv.rules.Store(&rules{v4: 32, v6: 64})
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, srv)
+	s, err := New(opsConfig(t, nil, ""), Options{Logger: slog.New(slog.DiscardHandler), CertCacheDir: certCache(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m, reg
+	return s.metrics, s.registry
+}
+
+// gathered reads reg's h3edge samples as scrape does.
+func gathered(t testing.TB, reg prometheus.Gatherer) (map[string]float64, string) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, f := range fams {
+		expfmt.MetricFamilyToText(&buf, f)
+	}
+	return parseExposition(t, buf.Bytes()), buf.String()
 }
 
 // TestInstrumentCodes: the status recorded is the final one the handler sent.
@@ -386,17 +425,14 @@ func TestInstrumentCodes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, reg := testMetrics(t)
+			series := fmt.Sprintf(`h3edge_requests_total{code="%d",proto="h2"}`, tc.code)
+			before, _ := gathered(t, reg)
 			r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
 			r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 2
 			m.instrument(tc.handler).ServeHTTP(&nopWriter{h: http.Header{}}, r)
-			var buf bytes.Buffer
-			fams, _ := reg.Gather()
-			for _, f := range fams {
-				expfmt.MetricFamilyToText(&buf, f)
-			}
-			got := parseExposition(t, buf.Bytes())
-			if v := got[fmt.Sprintf(`h3edge_requests_total{code="%d",proto="h2"}`, tc.code)]; v != 1 {
-				t.Errorf("requests_total{code=%d,proto=h2} = %v\n%s", tc.code, v, buf.String())
+			got, text := gathered(t, reg)
+			if d := got[series] - before[series]; d != 1 {
+				t.Errorf("requests_total{code=%d,proto=h2} rose by %v\n%s", tc.code, d, text)
 			}
 		})
 	}
