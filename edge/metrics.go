@@ -114,8 +114,8 @@ var (
 type metrics struct {
 	s   *Server
 	top *heavyHitters
-	// bans is the penalty box, read at scrape time for bans_active and bans_total.
-	// Nil until it exists: both are 0.
+	// bans is the penalty box (boxBans, set by New), read at scrape time for
+	// bans_active and bans_total; nil reads as 0.
 	bans banList
 	// breaker reports whether the shared store's circuit breaker is open (decisions
 	// follow on_store_failure without asking Redis), for store_breaker_open, /readyz
