@@ -2,9 +2,8 @@
 // connections and local source addresses, closed loop or open loop at a fixed rate, with
 // latencies in an HDR histogram, RateLimit field checks on every response and clients
 // that can pace themselves by those fields. It is a client only: it never imports the
-// server's packages, so what it measures is what any client would see. Its scenarios
-// (RunScenario) start h3edge, the bare baseline server (ServeBare) and redis-server as
-// separate processes and measure them from outside.
+// server's packages, so what it measures is what any client would see. The scenarios
+// that drive it are in bench/scenario, their SVG charts in bench/chart.
 package bench
 
 import (
@@ -264,6 +263,39 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	return r.run(ctx)
 }
 
+// Conns are the client connections of a Config without Run's load, for a caller that
+// sends and times its own requests (the Redis scenarios, across several edges).
+// Connection i is from Sources[i % len(Sources)]; it dials on first use and redials
+// when it is lost, as in Run. The Config's schedule, keys, header, hooks and field
+// checks play no part. Safe for concurrent use.
+type Conns struct {
+	r *run
+}
+
+// Dial validates c, resolves its target and defaults and sets up its connections as
+// Run does (Connections of them; with H1, Connections × Streams), sending nothing.
+func Dial(ctx context.Context, c Config) (*Conns, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	r, err := newRun(ctx, c.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	return &Conns{r: r}, nil
+}
+
+// Len returns the number of connections.
+func (c *Conns) Len() int { return len(c.r.clients) }
+
+// RoundTrip sends req over connection i, 0 ≤ i < Len.
+func (c *Conns) RoundTrip(i int, req *http.Request) (*http.Response, error) {
+	return c.r.clients[i].roundTrip(req)
+}
+
+// Close closes the connections and their sockets.
+func (c *Conns) Close() { c.r.close() }
+
 // run is one Run in progress.
 type run struct {
 	cfg       Config
@@ -322,7 +354,7 @@ func newRun(ctx context.Context, c Config) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tc, err := tlsConfig(u.Hostname(), c.RootCAs, c.Pins, c.Insecure)
+	tc, err := TLSConfig(u.Hostname(), c.RootCAs, c.Pins, c.Insecure)
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,14 @@ type httpClient struct {
 }
 
 func newHTTPClient(p Proto, tc *tls.Config, dst netip.AddrPort, src netip.Addr, timeout time.Duration) *httpClient {
+	return &httpClient{tr: NewTransport(p, tc, dst, src, timeout)}
+}
+
+// NewTransport returns the transport of one of Run's HTTP/2 or HTTP/1.1 connections (p
+// is H2 or H1): it dials dst from src (the zero Addr: the system picks) with a copy of
+// tc and keeps at most one connection, spacing out dials after failures (10 ms doubling
+// up to 1 s); timeout bounds each dial. It asks for no compression.
+func NewTransport(p Proto, tc *tls.Config, dst netip.AddrPort, src netip.Addr, timeout time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	if src.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
@@ -88,7 +96,7 @@ func newHTTPClient(p Proto, tc *tls.Config, dst netip.AddrPort, src netip.Addr, 
 	} else {
 		protos.SetHTTP1(true)
 	}
-	return &httpClient{tr: &http.Transport{
+	return &http.Transport{
 		// Dial the address resolved once at the start, from this client's source.
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			if err := g.wait(ctx); err != nil {
@@ -107,7 +115,7 @@ func newHTTPClient(p Proto, tc *tls.Config, dst netip.AddrPort, src netip.Addr, 
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // bytes are counted as sent; -H 'Accept-Encoding: gzip' to ask
-	}}
+	}
 }
 
 func (c *httpClient) roundTrip(req *http.Request) (*http.Response, error) {

@@ -2,12 +2,9 @@ package bench_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,47 +98,4 @@ func ExampleConfig_respectLimits() {
 	f := res.Fields
 	fmt.Println(res.Status[200], res.Status[429], f.Present, f.Parsed, f.Inconsistent)
 	// Output: 3 0 3 3 0
-}
-
-func ExampleChart_WriteSVG() {
-	c := bench.Chart{
-		Title:  "admitted per 100 ms",
-		Series: []bench.Series{{Name: "fixed_window", X: []float64{0, 0.1, 0.2}, Y: []float64{20, 0, 0}, Step: true}},
-		VLines: []bench.Marker{{At: 0.15, Label: "boundary"}},
-	}
-	var b strings.Builder
-	if err := c.WriteSVG(&b); err != nil {
-		panic(err)
-	}
-	fmt.Println(strings.SplitN(b.String(), "\n", 3)[1][:40])
-	// Output: <svg xmlns="http://www.w3.org/2000/svg"
-}
-
-func ExampleScenarioClaim() {
-	for _, name := range bench.ScenarioNames() {
-		_, waiting, _ := bench.ScenarioClaim(name)
-		fmt.Println(name, len(waiting) == 0)
-	}
-	// Output:
-	// baseline true
-	// noisy-neighbour true
-	// boundary true
-	// fields true
-	// accuracy true
-	// outage true
-	// drop-cost true
-}
-
-func ExampleRunScenario() {
-	// A name no scenario has is an error; so is a scenario that waits for what this
-	// build lacks (a *bench.WaitingError; none does in this build).
-	_, err := bench.RunScenario(context.Background(), "no-such-scenario", bench.ScenarioOptions{Short: true})
-	fmt.Println(errors.Is(err, bench.ErrUnknownScenario))
-	// Output: true
-}
-
-func ExampleProcessCPU() {
-	used, err := bench.ProcessCPU(os.Getpid())
-	fmt.Println(err == nil && used >= 0)
-	// Output: true
 }

@@ -23,7 +23,9 @@ const (
 	histDigits = 3
 )
 
-func newHistogram() *hdrhistogram.Histogram {
+// NewHistogram returns an empty histogram for latencies in microseconds with
+// Result.Histogram's range and precision, so that the two can be merged.
+func NewHistogram() *hdrhistogram.Histogram {
 	return hdrhistogram.New(histMinUs, histMaxUs, histDigits)
 }
 
@@ -96,7 +98,7 @@ type shard struct {
 }
 
 func newShard() *shard {
-	return &shard{hist: newHistogram(), status: make(map[int]int64)}
+	return &shard{hist: NewHistogram(), status: make(map[int]int64)}
 }
 
 func (s *shard) response(code int, lat time.Duration, n int64, done time.Time) {
@@ -123,7 +125,7 @@ func (s *shard) failure(k ErrorKind, done time.Time) {
 
 // merge folds the shards into r; call after all workers stopped.
 func (r *Result) merge(shards []*shard, measureStart time.Time) {
-	r.Histogram = newHistogram()
+	r.Histogram = NewHistogram()
 	r.Status = make(map[int]int64)
 	r.Errors = make(map[ErrorKind]int64, len(ErrorKinds))
 	for _, k := range ErrorKinds {

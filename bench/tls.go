@@ -45,14 +45,15 @@ func parsePins(pins []string) ([][sha256.Size]byte, error) {
 	return out, nil
 }
 
-// tlsConfig builds the client TLS configuration shared by all connections.
+// TLSConfig builds the client TLS configuration Run shares among all its connections,
+// for callers that make their own (the scenarios' floods).
 //
 // Verification is on by default (RootCAs, or the system roots if nil). With pins, the
 // chain and host name are not checked; instead the leaf certificate's SPKI must match a
 // pin. Only the leaf counts: it is the certificate whose key signed the handshake, so a
 // pinned intermediate without chain verification would prove nothing. Insecure skips
 // verification, but pins given as well are still enforced.
-func tlsConfig(serverName string, roots *x509.CertPool, pins []string, insecure bool) (*tls.Config, error) {
+func TLSConfig(serverName string, roots *x509.CertPool, pins []string, insecure bool) (*tls.Config, error) {
 	tc := &tls.Config{
 		ServerName:         serverName,
 		RootCAs:            roots,

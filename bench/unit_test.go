@@ -57,7 +57,7 @@ func TestPacer(t *testing.T) {
 }
 
 func TestSummarizeKnownData(t *testing.T) {
-	h := newHistogram()
+	h := NewHistogram()
 	for v := int64(1); v <= 10000; v++ {
 		if err := h.RecordValue(v); err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestSummarizeKnownData(t *testing.T) {
 	if l.Mean < 5000*time.Microsecond || l.Mean > 5010*time.Microsecond {
 		t.Errorf("mean = %v, want about 5000.5µs", l.Mean)
 	}
-	if (summarize(newHistogram(), 0) != Latency{}) {
+	if (summarize(NewHistogram(), 0) != Latency{}) {
 		t.Error("empty histogram: want zero Latency")
 	}
 }
@@ -240,7 +240,7 @@ func TestPinParsing(t *testing.T) {
 		}
 	}
 	_, leaf := selfSigned(t)
-	tc, err := tlsConfig("127.0.0.1", nil, []string{pin}, false)
+	tc, err := TLSConfig("127.0.0.1", nil, []string{pin}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

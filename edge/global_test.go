@@ -21,7 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/scenario"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
@@ -43,7 +43,7 @@ func startRedis(t testing.TB) *redisServer {
 		}
 		t.Skip("redis-server not installed")
 	}
-	port, err := bench.FreePort()
+	port, err := scenario.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

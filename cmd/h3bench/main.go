@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "scenario":
-			return scenario(args[1:], stdout, stderr)
+			return runScenario(args[1:], stdout, stderr)
 		case "serve-bare":
 			return serveBare(args[1:], stderr)
 		}

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/scenario"
 )
 
 // Exit codes of h3bench scenario.
@@ -25,11 +25,11 @@ const (
 	exitNoRun   = 4
 )
 
-func scenario(args []string, stdout, stderr io.Writer) int {
+func runScenario(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("h3bench scenario", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		opt      bench.ScenarioOptions
+		opt      scenario.Options
 		jsonFile = fs.String("json", "", "write the report as JSON to this file")
 		svgFile  = fs.String("svg", "", "write the chart as SVG to this file")
 		quiet    = fs.Bool("q", false, "no progress lines on stderr")
@@ -65,7 +65,7 @@ func scenario(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench scenario: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if _, _, err := bench.ScenarioClaim(name); err != nil {
+	if _, _, err := scenario.Claim(name); err != nil {
 		fmt.Fprintf(stderr, "h3bench scenario: %v\n", err)
 		return exitUsage
 	}
@@ -74,9 +74,9 @@ func scenario(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := bench.RunScenario(ctx, name, opt)
-	if we, ok := errors.AsType[*bench.WaitingError](err); ok {
-		claim, _, _ := bench.ScenarioClaim(name)
+	rep, err := scenario.Run(ctx, name, opt)
+	if we, ok := errors.AsType[*scenario.WaitingError](err); ok {
+		claim, _, _ := scenario.Claim(name)
 		fmt.Fprintf(stdout, "scenario %s\nclaim: %s\nwaiting for: %s\n", name, claim, strings.Join(we.For, "\nwaiting for: "))
 		return exitWaiting
 	}
@@ -116,8 +116,8 @@ func scenario(args []string, stdout, stderr io.Writer) int {
 
 func listScenarios(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, name := range bench.ScenarioNames() {
-		claim, waiting, _ := bench.ScenarioClaim(name)
+	for _, name := range scenario.Names() {
+		claim, waiting, _ := scenario.Claim(name)
 		state := "runs"
 		if len(waiting) > 0 {
 			state = "waiting"
@@ -139,10 +139,10 @@ func serveBare(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench serve-bare: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	bench.UseEdgeGC()
+	scenario.UseEdgeGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := bench.ServeBare(ctx, *listen, stderr); err != nil {
+	if err := scenario.ServeBare(ctx, *listen, stderr); err != nil {
 		fmt.Fprintf(stderr, "h3bench serve-bare: %v\n", err)
 		return 1
 	}

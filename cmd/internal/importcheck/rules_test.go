@@ -41,22 +41,29 @@ var rules = []rule{
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
-	}, tests: []string{"bench"}},
+	}, tests: []string{"bench", "bench/scenario"}},
+	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
+	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
 		// "quic-go http3": http3's Transport takes a quic.Config and a quic.Transport,
 		// and its failures are quic-go's error types.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
 		"github.com/HdrHistogram/hdrhistogram-go", // "an HDR histogram for the bench"
-		"golang.org/x/net/ipv4",                   // beyond the table: drop-cost's flood sends with sendmmsg
 		// Beyond the table: the fields checker parses the RateLimit fields h3edge sends
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
+	}},
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers"}, external: []string{
+		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
+		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
+		"golang.org/x/net/ipv4", // beyond the table: drop-cost's flood sends with sendmmsg
 		// Beyond the table: drop-cost reads h3edge's /metrics with Prometheus's own
 		// text parser (the format package, not client_golang: bench registers nothing).
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
+	{pkg: "bench/chart"},
 	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench"}},
-	{pkg: "cmd/h3bench", imports: []string{"bench"}},
+	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
 
@@ -168,7 +175,7 @@ func reason(r *rule, path string, test bool) string {
 		say = "only edge imports Prometheus"
 	case r.pkg == "limiter" && to == "limiter/redisstore":
 		say = "limiter does not know its Redis store"
-	case r.pkg == "bench" && (to == "limiter" || to == "limiter/redisstore"):
+	case (r.pkg == "bench" || strings.HasPrefix(r.pkg, "bench/")) && (to == "limiter" || to == "limiter/redisstore"):
 		say = "bench never imports edge or limiter"
 	case (r.pkg == "headers" || r.pkg == "limiter") && (to == "quicconn" || strings.HasPrefix(path, "github.com/quic-go/")):
 		say = "headers and limiter know no server"

@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 const claimNoisy = "with one source sending 97% of the requests (each fetching 4 KB), h3edge with its defaults (ip: budgets, penalty box) and a per-ip policy keeps 20 legitimate clients at ≥ 99% success with their p99 latency within 1.5× of their p99 without the attacker (short mode: 2× or +2 ms)"
@@ -48,13 +51,13 @@ type noisyPhase struct {
 	// The attacker's requests: sent and ended, answered 200 or 429, failed by kind,
 	// and scheduled but never sent (its workers were stuck on refused or dropped
 	// requests); AttackShare is its share of all requests scheduled.
-	AttackSent   int64               `json:"attack_requests,omitempty"`
-	AttackOK     int64               `json:"attack_ok,omitempty"`
-	Attack429    int64               `json:"attack_429,omitempty"`
-	AttackErrors map[ErrorKind]int64 `json:"attack_errors,omitempty"`
-	AttackUnsent int64               `json:"attack_unsent,omitempty"`
-	AttackShare  float64             `json:"attack_share,omitempty"`
-	ServerBusy   float64             `json:"server_cpu_busy"`
+	AttackSent   int64                     `json:"attack_requests,omitempty"`
+	AttackOK     int64                     `json:"attack_ok,omitempty"`
+	Attack429    int64                     `json:"attack_429,omitempty"`
+	AttackErrors map[bench.ErrorKind]int64 `json:"attack_errors,omitempty"`
+	AttackUnsent int64                     `json:"attack_unsent,omitempty"`
+	AttackShare  float64                   `json:"attack_share,omitempty"`
+	ServerBusy   float64                   `json:"server_cpu_busy"`
 }
 
 func runNoisy(ctx context.Context, e *env) (*Report, error) {
@@ -62,7 +65,7 @@ func runNoisy(ctx context.Context, e *env) (*Report, error) {
 	if e.opt.Short {
 		dur, warm = 2*time.Second, 300*time.Millisecond
 	}
-	legit, err := ParseSources(noisyLegitSources)
+	legit, err := bench.ParseSources(noisyLegitSources)
 	if err != nil {
 		return nil, err
 	}
@@ -113,20 +116,20 @@ func runNoisy(ctx context.Context, e *env) (*Report, error) {
 		if err != nil {
 			return noisyPhase{}, err
 		}
-		var lres, ares *Result
+		var lres, ares *bench.Result
 		var lerr, aerr error
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			lres, lerr = runLoad(ctx, Config{
-				URL: ph.srv.url("/"), Proto: H3, Connections: len(legit), Streams: 4,
+			lres, lerr = runLoad(ctx, bench.Config{
+				URL: ph.srv.url("/"), Proto: bench.H3, Connections: len(legit), Streams: 4,
 				Rate: legitRate, Duration: dur, Warmup: warm, Timeout: 2 * time.Second,
 				Sources: legit, Pins: []string{ph.srv.pin},
 			})
 		})
 		if ph.attack {
 			wg.Go(func() {
-				ares, aerr = runLoad(ctx, Config{
-					URL: ph.srv.url(noisyAttackPath), Proto: H3, Connections: 4, Streams: 64,
+				ares, aerr = runLoad(ctx, bench.Config{
+					URL: ph.srv.url(noisyAttackPath), Proto: bench.H3, Connections: 4, Streams: 64,
 					Rate: attackRate, Duration: dur, Warmup: warm, Timeout: 2 * time.Second,
 					Sources: []netip.Addr{noisyAttacker}, Pins: []string{ph.srv.pin},
 				})
@@ -214,18 +217,18 @@ func runNoisy(ctx context.Context, e *env) (*Report, error) {
 		100*attacked.LegitSuccess, 100*noisyMinSuccess, float64(attacked.LegitP99us)/1000, factor,
 		float64(quiet.LegitP99us)/1000, limit, 100*unprotected.LegitSuccess, float64(unprotected.LegitP99us)/1000)
 	rep.Table = [][]string{{"phase", "legit ok", "legit p50", "legit p99", "legit max", "attacker sent", "200/429/reset/timeout/other", "unsent", "attack share", "server CPU"}}
-	chart := &Chart{
+	ch := &chart.Chart{
 		Title:  "Legitimate clients' latency with and without a noisy neighbour",
 		XLabel: "phase",
 		YLabel: "latency of legitimate requests (ms)",
 	}
-	p50 := Series{Name: "legit p50"}
-	p99 := Series{Name: "legit p99"}
+	p50 := chart.Series{Name: "legit p50"}
+	p99 := chart.Series{Name: "legit p99"}
 	for _, p := range out {
 		attack, unsent := "-", "-"
 		if p.Attack {
 			ae := p.AttackErrors
-			attack = fmt.Sprintf("%d/%d/%d/%d/%d", p.AttackOK, p.Attack429, ae[ErrReset], ae[ErrTimeout], ae[ErrRefused]+ae[ErrTLS]+ae[ErrOther])
+			attack = fmt.Sprintf("%d/%d/%d/%d/%d", p.AttackOK, p.Attack429, ae[bench.ErrReset], ae[bench.ErrTimeout], ae[bench.ErrRefused]+ae[bench.ErrTLS]+ae[bench.ErrOther])
 			unsent = fmt.Sprint(p.AttackUnsent)
 		}
 		rep.Table = append(rep.Table, []string{
@@ -234,13 +237,13 @@ func runNoisy(ctx context.Context, e *env) (*Report, error) {
 			ms(time.Duration(p.LegitMaxus) * time.Microsecond),
 			fmt.Sprint(p.AttackSent), attack, unsent, fmt.Sprintf("%.1f%%", 100*p.AttackShare), fmt.Sprintf("%.0f%%", 100*p.ServerBusy),
 		})
-		chart.Categories = append(chart.Categories, p.Phase)
+		ch.Categories = append(ch.Categories, p.Phase)
 		p50.Y = append(p50.Y, float64(p.LegitP50us)/1000)
 		p99.Y = append(p99.Y, float64(p.LegitP99us)/1000)
 	}
-	chart.Series = []Series{p50, p99}
-	chart.HLines = []Marker{{At: limit * float64(quiet.LegitP99us) / 1000, Label: fmt.Sprintf("%.1f× quiet p99", limit)}}
-	rep.Chart = chart
+	ch.Series = []chart.Series{p50, p99}
+	ch.HLines = []chart.Marker{{At: limit * float64(quiet.LegitP99us) / 1000, Label: fmt.Sprintf("%.1f× quiet p99", limit)}}
+	rep.Chart = ch
 	rep.Notes = append(rep.Notes,
 		fmt.Sprintf("legitimate: %d h3 clients (%s) fetching /, %d req/s each, open loop; attacker: %v fetching %s, 4 connections × 64 streams, open loop at %.0f req/s; %v warm-up + %v per phase",
 			len(legit), noisyLegitSources, noisyLegitRate, noisyAttacker, noisyAttackPath, attackRate, warm, dur),

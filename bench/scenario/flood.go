@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,12 +26,14 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/ipv4"
+
+	"github.com/h3edge/h3edge/bench"
 )
 
 // Flooders for the drop-cost scenario: each sends one kind of unit that a layer of
 // h3edge refuses — raw datagrams, QUIC handshakes, TCP connections, request streams —
 // from its own loopback sources, as fast as the client's CPU allows, for a bounded time.
-// Unlike Run's clients they never redial behind the caller's back, so every unit is one
+// Unlike bench.Run's clients they never redial behind the caller's back, so every unit is one
 // the flooder chose to send.
 
 // flooder sends units for d (and no longer than ctx allows) and reports what it saw.
@@ -41,7 +44,7 @@ type flooder interface {
 }
 
 // floodStats is a flood seen from the client: units sent and their outcomes by name
-// (an HTTP status code, an ErrorKind, or a flooder's own word such as "dropped").
+// (an HTTP status code, a bench.ErrorKind, or a flooder's own word such as "dropped").
 type floodStats struct {
 	Sent     int64            `json:"sent"`
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
@@ -238,6 +241,18 @@ func tcpOutcome(err error) string {
 	return "other"
 }
 
+// isTimeout reports whether err is a deadline or a network timeout (as bench.Classify
+// tells ErrTimeout).
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return true
+	}
+	return false
+}
+
 func (f *tcpFlood) close() {}
 
 // quicConnFlood dials QUIC connections from its sources, many at a time, each dial a
@@ -294,7 +309,7 @@ func (f *quicConnFlood) flood(ctx context.Context, d time.Duration) floodStats {
 				if ctx.Err() != nil {
 					return
 				}
-				o.add(string(Classify(err)), 1)
+				o.add(string(bench.Classify(err)), 1)
 			}
 		})
 	}
@@ -347,7 +362,7 @@ func (f *requestFlood) flood(ctx context.Context, d time.Duration) floodStats {
 					resp.Body.Close()
 					o.add(strconv.Itoa(resp.StatusCode), 1)
 				} else if ctx.Err() == nil {
-					o.add(string(Classify(err)), 1)
+					o.add(string(bench.Classify(err)), 1)
 				}
 				cancel()
 			}
@@ -397,15 +412,15 @@ func newH3Flood(ctx context.Context, src netip.Addr, dst netip.AddrPort, target 
 	}, nil
 }
 
-// newH2Flood floods target over one HTTP/2 connection from src (Run's HTTP/2 client:
-// one TCP connection, requests beyond the server's stream limit wait on it).
+// newH2Flood floods target over one HTTP/2 connection from src (bench.Run's HTTP/2
+// transport: one TCP connection, requests beyond the server's stream limit wait on it).
 func newH2Flood(src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*requestFlood, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
 	}
-	c := newHTTPClient(H2, tc, dst, src, 5*time.Second)
-	return &requestFlood{rt: c.roundTrip, url: u, header: header, streams: streams, closeFn: c.close}, nil
+	tr := bench.NewTransport(bench.H2, tc, dst, src, 5*time.Second)
+	return &requestFlood{rt: tr.RoundTrip, url: u, header: header, streams: streams, closeFn: tr.CloseIdleConnections}, nil
 }
 
 // The admin API of h3edge, as the scenarios use it.

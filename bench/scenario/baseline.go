@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 const claimBaseline = "h3edge (demo origin, no policies, ip: limits raised) keeps at least 0.9 of a bare quic-go/net/http server's throughput with the same handler, per protocol (median of interleaved pairs; short mode: 0.7)"
@@ -20,24 +23,24 @@ const (
 // baselineLoad is the load per protocol, as in notes/interop.md: HTTP/3 and HTTP/2 16
 // connections × 16 streams, HTTP/1.1 64 connections.
 var baselineLoad = []struct {
-	proto   Proto
+	proto   bench.Proto
 	conns   int
 	streams int
 }{
-	{H3, 16, 16},
-	{H2, 16, 16},
-	{H1, 64, 1},
+	{bench.H3, 16, 16},
+	{bench.H2, 16, 16},
+	{bench.H1, 64, 1},
 }
 
 // baselineRun is one measured run against one server.
 type baselineRun struct {
-	Server            string  `json:"server"`
-	Proto             Proto   `json:"proto"`
-	Pair              int     `json:"pair"`
-	RequestsPerSecond float64 `json:"requests_per_second"`
-	Requests          int64   `json:"requests"`
-	Errors            int64   `json:"errors"`
-	P99Us             int64   `json:"p99_us"`
+	Server            string      `json:"server"`
+	Proto             bench.Proto `json:"proto"`
+	Pair              int         `json:"pair"`
+	RequestsPerSecond float64     `json:"requests_per_second"`
+	Requests          int64       `json:"requests"`
+	Errors            int64       `json:"errors"`
+	P99Us             int64       `json:"p99_us"`
 	// CPUPerRequestUs is the server's CPU time (user + system, /proc/PID/stat) over the
 	// run divided by the requests; CPUBusy is that CPU time over the run's wall time.
 	CPUPerRequestUs float64 `json:"cpu_per_request_us"`
@@ -46,21 +49,21 @@ type baselineRun struct {
 
 // baselineProto summarizes one protocol: h3edge ÷ bare per pair.
 type baselineProto struct {
-	Proto        Proto     `json:"proto"`
-	Ratios       []float64 `json:"ratios"`
-	Median       float64   `json:"median"`
-	Min          float64   `json:"min"`
-	Max          float64   `json:"max"`
-	EdgeRPS      float64   `json:"edge_rps_median"`
-	BareRPS      float64   `json:"bare_rps_median"`
-	EdgeCPUus    float64   `json:"edge_cpu_per_request_us_median"`
-	BareCPUus    float64   `json:"bare_cpu_per_request_us_median"`
-	CPURatio     float64   `json:"cpu_per_request_ratio"`
-	Floor        float64   `json:"floor"`
-	Holds        bool      `json:"holds"`
-	EdgePeakRSS  int64     `json:"edge_peak_rss_bytes"`
-	BarePeakRSS  int64     `json:"bare_peak_rss_bytes"`
-	ServerBusyLo float64   `json:"server_cpu_busy_min"`
+	Proto        bench.Proto `json:"proto"`
+	Ratios       []float64   `json:"ratios"`
+	Median       float64     `json:"median"`
+	Min          float64     `json:"min"`
+	Max          float64     `json:"max"`
+	EdgeRPS      float64     `json:"edge_rps_median"`
+	BareRPS      float64     `json:"bare_rps_median"`
+	EdgeCPUus    float64     `json:"edge_cpu_per_request_us_median"`
+	BareCPUus    float64     `json:"bare_cpu_per_request_us_median"`
+	CPURatio     float64     `json:"cpu_per_request_ratio"`
+	Floor        float64     `json:"floor"`
+	Holds        bool        `json:"holds"`
+	EdgePeakRSS  int64       `json:"edge_peak_rss_bytes"`
+	BarePeakRSS  int64       `json:"bare_peak_rss_bytes"`
+	ServerBusyLo float64     `json:"server_cpu_busy_min"`
 }
 
 func runBaseline(ctx context.Context, e *env) (*Report, error) {
@@ -98,7 +101,7 @@ func runBaseline(ctx context.Context, e *env) (*Report, error) {
 			var rps [2]float64
 			type measured struct {
 				run  baselineRun
-				res  *Result
+				res  *bench.Result
 				busy float64
 				err  error
 			}
@@ -113,7 +116,7 @@ func runBaseline(ctx context.Context, e *env) (*Report, error) {
 					m.err = err
 					return
 				}
-				res, err := runLoad(ctx, Config{
+				res, err := runLoad(ctx, bench.Config{
 					URL: srv.url("/"), Proto: load.proto, Connections: load.conns, Streams: load.streams,
 					Duration: dur, Warmup: warm, Timeout: 5 * time.Second, Pins: []string{srv.pin},
 				})
@@ -209,14 +212,14 @@ func runBaseline(ctx context.Context, e *env) (*Report, error) {
 	}
 
 	rep.Table = [][]string{{"proto", "h3edge req/s", "bare req/s", "ratio (median)", "spread", "h3edge CPU/req", "bare CPU/req", "CPU ratio", "floor", "ok"}}
-	chart := &Chart{
+	ch := &chart.Chart{
 		Title:  "h3edge ÷ bare server, throughput and CPU per request",
 		XLabel: "protocol (whiskers: spread of interleaved pairs)",
 		YLabel: "ratio",
-		HLines: []Marker{{At: floor, Label: fmt.Sprintf("claim floor %.1f", floor)}, {At: 1}},
+		HLines: []chart.Marker{{At: floor, Label: fmt.Sprintf("claim floor %.1f", floor)}, {At: 1}},
 	}
-	thr := Series{Name: "throughput ratio"}
-	cpu := Series{Name: "CPU/request ratio"}
+	thr := chart.Series{Name: "throughput ratio"}
+	cpu := chart.Series{Name: "CPU/request ratio"}
 	var worst []string
 	for _, bp := range protos {
 		rep.Table = append(rep.Table, []string{
@@ -225,7 +228,7 @@ func runBaseline(ctx context.Context, e *env) (*Report, error) {
 			fmt.Sprintf("%.1f µs", bp.EdgeCPUus), fmt.Sprintf("%.1f µs", bp.BareCPUus),
 			fmt.Sprintf("%.2f", bp.CPURatio), fmt.Sprintf("%.1f", bp.Floor), okMark(bp.Holds),
 		})
-		chart.Categories = append(chart.Categories, string(bp.Proto))
+		ch.Categories = append(ch.Categories, string(bp.Proto))
 		thr.Y, thr.Low, thr.High = append(thr.Y, bp.Median), append(thr.Low, bp.Min), append(thr.High, bp.Max)
 		cpu.Y = append(cpu.Y, bp.CPURatio)
 		worst = append(worst, fmt.Sprintf("%s %.2f", bp.Proto, bp.Median))
@@ -234,8 +237,8 @@ func runBaseline(ctx context.Context, e *env) (*Report, error) {
 				bp.Proto, 100*bp.ServerBusyLo))
 		}
 	}
-	chart.Series = []Series{thr, cpu}
-	rep.Chart = chart
+	ch.Series = []chart.Series{thr, cpu}
+	rep.Chart = ch
 	pairsNote := fmt.Sprintf("%d interleaved pair(s) per protocol (h3edge then bare), %v warm-up + %v each; CPU from /proc/PID/stat (10 ms ticks)", pairs, warm, dur)
 	if e.opt.Short {
 		pairsNote = fmt.Sprintf("%d pair(s) per protocol, the two servers side by side (both on CPU 0, loaded at once), %v warm-up + %v; CPU from /proc/PID/stat (10 ms ticks); short mode checks a looser floor (%.1f) and re-measures a protocol under it up to four times (median), since one sub-second pair is noisy", pairs, warm, dur, floor)

@@ -1,4 +1,5 @@
-package bench
+// Package chart draws the small standalone SVG charts of the scenarios' reports.
+package chart
 
 import (
 	"bufio"

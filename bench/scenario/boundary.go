@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 const claimBoundary = "across a window boundary fixed_window admits 2×Q within one window-length span (Q at the end of one window, Q at the start of the next), while sliding_window and token_bucket stay within their documented bounds: sliding, Q plus the previous window's excess over an even spread; token bucket, Q + Q·d/W in any span d"
@@ -93,8 +96,8 @@ func runBoundary(ctx context.Context, e *env) (*Report, error) {
 	errs := make([]error, len(boundaryAlgorithms))
 	for i, a := range boundaryAlgorithms {
 		wg.Go(func() {
-			_, errs[i] = runLoad(ctx, Config{
-				URL: edge.url(a.path + "x"), Proto: H3, Connections: 1, Streams: 8,
+			_, errs[i] = runLoad(ctx, bench.Config{
+				URL: edge.url(a.path + "x"), Proto: bench.H3, Connections: 1, Streams: 8,
 				Rate: boundaryRate, Duration: runFor, Timeout: 2 * time.Second,
 				Sources: []netip.Addr{a.source}, Pins: []string{edge.pin},
 				OnResponse: func(resp *http.Response) time.Duration {
@@ -116,14 +119,14 @@ func runBoundary(ctx context.Context, e *env) (*Report, error) {
 
 	rep := &Report{Holds: true}
 	var stats []boundaryStats
-	chart := &Chart{
+	ch := &chart.Chart{
 		Title:  fmt.Sprintf("Admitted per 100 ms, quota %d per %v, client at %d req/s", boundaryQuota, boundaryWindow, boundaryRate),
 		XLabel: "seconds from start (dashed: window boundaries)",
 		YLabel: "admitted per 100 ms",
 		Panels: true,
 	}
 	for b := boundaryWindow - time.Duration(boundaryPhase*float64(boundaryWindow)); b < runFor; b += boundaryWindow {
-		chart.VLines = append(chart.VLines, Marker{At: b.Seconds(), Label: "boundary"})
+		ch.VLines = append(ch.VLines, chart.Marker{At: b.Seconds(), Label: "boundary"})
 	}
 	for i, a := range boundaryAlgorithms {
 		var admitted []time.Time
@@ -141,19 +144,19 @@ func runBoundary(ctx context.Context, e *env) (*Report, error) {
 		analyzeBoundary(&st, admitted, start, runFor, boundaryQuota, boundaryWindow)
 		stats = append(stats, st)
 		rep.Holds = rep.Holds && st.Holds
-		ser := Series{Name: a.name, Step: true}
+		ser := chart.Series{Name: a.name, Step: true}
 		for k, n := range st.Bins {
 			ser.X = append(ser.X, (time.Duration(k) * boundaryBin).Seconds())
 			ser.Y = append(ser.Y, float64(n))
 		}
 		ser.X = append(ser.X, runFor.Seconds())
 		ser.Y = append(ser.Y, ser.Y[len(ser.Y)-1])
-		chart.Series = append(chart.Series, ser)
+		ch.Series = append(ch.Series, ser)
 		if st.Other > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d responses or errors other than 200 and 429", a.name, st.Other))
 		}
 	}
-	rep.Chart = chart
+	rep.Chart = ch
 	rep.Table = [][]string{{"algorithm", "admitted", "429", "per window", "peak in W/2", "peak in W", "bound in W", "ok"}}
 	var verdicts []string
 	for _, st := range stats {

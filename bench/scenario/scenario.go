@@ -1,4 +1,8 @@
-package bench
+// Package scenario holds h3bench's scenarios, each proving one claim of the README: it
+// starts h3edge, the bare baseline server (ServeBare) and redis-server as separate
+// processes, drives them with bench's load generator and its own floods, and measures
+// them from outside (CPU and memory per process).
+package scenario
 
 import (
 	"context"
@@ -15,15 +19,18 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 // A scenario proves one claim of the README with one command: it starts what it needs
 // (h3edge, the bare server, redis-server) as separate processes on loopback, drives
-// them with Run, prints a table, and says whether the claim held.
+// them with bench.Run, prints a table, and says whether the claim held.
 
-// ScenarioOptions configures RunScenario. The zero value runs the full scenario,
-// building h3edge from the module in the working directory.
-type ScenarioOptions struct {
+// Options configures Run. The zero value runs the full scenario, building h3edge from
+// the module in the working directory.
+type Options struct {
 	// Short runs the short mode (at most 10 s, as CI does), with looser floors where a
 	// short run is noisier; the report says which.
 	Short bool
@@ -63,14 +70,14 @@ type Report struct {
 	// Figures holds the scenario's measurements for the JSON file.
 	Figures any
 	// Chart is the scenario's chart, for the SVG file; nil if none.
-	Chart   *Chart
+	Chart   *chart.Chart
 	Elapsed time.Duration
 	// Remeasured tells that short mode measured a noisy pair once more (noisy-neighbour),
 	// which takes it past its usual time.
 	Remeasured bool
 }
 
-// WaitingError is returned by RunScenario for a scenario that needs something this
+// WaitingError is returned by Run for a scenario that needs something this
 // build does not have yet.
 type WaitingError struct {
 	Scenario string
@@ -81,8 +88,8 @@ func (e *WaitingError) Error() string {
 	return fmt.Sprintf("scenario %s: waiting for: %s", e.Scenario, strings.Join(e.For, "; "))
 }
 
-// ErrUnknownScenario is returned (wrapped) for a name no scenario has.
-var ErrUnknownScenario = errors.New("bench: unknown scenario")
+// ErrUnknown is returned (wrapped) for a name no scenario has.
+var ErrUnknown = errors.New("bench: unknown scenario")
 
 // scenario is one entry of the registry. A scenario that cannot run yet has no run
 // function and says what it waits for; adding it means writing run and deleting
@@ -104,8 +111,8 @@ var scenarios = []scenario{
 	{name: "drop-cost", claim: claimDropCost, run: runDropCost},
 }
 
-// ScenarioNames lists the scenarios, runnable or not, in the order of the README.
-func ScenarioNames() []string {
+// Names lists the scenarios, runnable or not, in the order of the README.
+func Names() []string {
 	var names []string
 	for _, s := range scenarios {
 		names = append(names, s.name)
@@ -113,24 +120,24 @@ func ScenarioNames() []string {
 	return names
 }
 
-// ScenarioClaim returns a scenario's claim and what it waits for (nil if it can run).
-func ScenarioClaim(name string) (claim string, waitingFor []string, err error) {
+// Claim returns a scenario's claim and what it waits for (nil if it can run).
+func Claim(name string) (claim string, waitingFor []string, err error) {
 	for _, s := range scenarios {
 		if s.name == name {
 			return s.claim, s.waitingFor, nil
 		}
 	}
-	return "", nil, fmt.Errorf("%w %q (have %s)", ErrUnknownScenario, name, strings.Join(ScenarioNames(), ", "))
+	return "", nil, fmt.Errorf("%w %q (have %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 }
 
-// RunScenario runs the named scenario. It returns a *WaitingError for a scenario that
+// Run runs the named scenario. It returns a *WaitingError for a scenario that
 // cannot run in this build, and another error when the scenario could not run at all
 // (no h3edge binary, a server that did not start). Otherwise the Report says whether
 // the claim held. Servers are stopped before it returns.
-func RunScenario(ctx context.Context, name string, opt ScenarioOptions) (*Report, error) {
+func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
 	if i < 0 {
-		_, _, err := ScenarioClaim(name)
+		_, _, err := Claim(name)
 		return nil, err
 	}
 	sc := scenarios[i]
@@ -157,7 +164,7 @@ func RunScenario(ctx context.Context, name string, opt ScenarioOptions) (*Report
 
 // env is a scenario's environment: scratch directory, servers, pinning.
 type env struct {
-	opt     ScenarioOptions
+	opt     Options
 	log     io.Writer
 	dir     string
 	tempDir bool
@@ -227,7 +234,7 @@ func (e *env) wrap(argv []string) []string {
 	return argv
 }
 
-// h3edgeBinary resolves the h3edge binary once: ScenarioOptions.H3edge, $H3EDGE, or a
+// h3edgeBinary resolves the h3edge binary once: Options.H3edge, $H3EDGE, or a
 // build of the module in the working directory.
 func (e *env) h3edgeBinary(ctx context.Context) (string, error) {
 	if e.opt.H3edge != "" {
@@ -400,11 +407,11 @@ const abuseOff = `abuse: {rejections: 1000000000, within: 1s}
 
 // runLoad runs c with a hard bound on top of its own (duration plus slack), returning
 // the result or an error if the run could not be set up.
-func runLoad(ctx context.Context, c Config) (*Result, error) {
+func runLoad(ctx context.Context, c bench.Config) (*bench.Result, error) {
 	bound := c.Duration + c.Warmup + c.Timeout + 5*time.Second
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	res, err := Run(ctx, c)
+	res, err := bench.Run(ctx, c)
 	if err != nil && res == nil {
 		return nil, err
 	}
@@ -426,4 +433,16 @@ func median(xs []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// sleep waits d or until ctx ends; it reports whether the full wait happened.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,6 +26,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/h3edge/h3edge/bench"
 )
 
 // The scenario tests run each implemented scenario in short mode against real
@@ -97,10 +100,10 @@ func h3edgeForTests(t *testing.T) string {
 }
 
 // scenarioOptions are the short-mode options the tests run scenarios with.
-func scenarioOptions(t *testing.T) ScenarioOptions {
+func scenarioOptions(t *testing.T) Options {
 	need(t, "Linux (/proc)", runtime.GOOS == "linux")
 	need(t, "taskset and two CPUs", pinning())
-	return ScenarioOptions{
+	return Options{
 		Short:  true,
 		H3edge: h3edgeForTests(t),
 		BareCommand: func(listen string) []string {
@@ -138,7 +141,7 @@ func shortScenario(t *testing.T, name string) *Report {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	start := time.Now()
-	rep, err := RunScenario(ctx, name, opt)
+	rep, err := Run(ctx, name, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +183,7 @@ func TestDropCost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	start := time.Now()
-	rep, err := RunScenario(ctx, "drop-cost", opt)
+	rep, err := Run(ctx, "drop-cost", opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,16 +359,16 @@ func TestInitialToken(t *testing.T) {
 
 func TestScenarioWaitingAndUnknown(t *testing.T) {
 	// Every scenario of DESIGN §3 runs in this build: none waits.
-	for _, name := range ScenarioNames() {
-		if _, waiting, err := ScenarioClaim(name); err != nil || len(waiting) > 0 {
+	for _, name := range Names() {
+		if _, waiting, err := Claim(name); err != nil || len(waiting) > 0 {
 			t.Errorf("%s: waiting for %v, err %v", name, waiting, err)
 		}
 	}
-	if _, err := RunScenario(t.Context(), "nope", ScenarioOptions{}); !errors.Is(err, ErrUnknownScenario) {
+	if _, err := Run(t.Context(), "nope", Options{}); !errors.Is(err, ErrUnknown) {
 		t.Errorf("unknown scenario: err = %v", err)
 	}
-	if got := ScenarioNames(); len(got) != 7 {
-		t.Errorf("ScenarioNames() = %v, want the 7 of DESIGN §3", got)
+	if got := Names(); len(got) != 7 {
+		t.Errorf("Names() = %v, want the 7 of DESIGN §3", got)
 	}
 }
 
@@ -388,14 +391,14 @@ func TestServeBare(t *testing.T) {
 	if m == nil {
 		t.Fatalf("ready line %q has no pin", line)
 	}
-	for _, p := range []Proto{H3, H2, H1} {
+	for _, p := range []bench.Proto{bench.H3, bench.H2, bench.H1} {
 		var got struct {
 			Proto      string              `json:"proto"`
 			ClientAddr string              `json:"client_addr"`
 			Path       string              `json:"path"`
 			Headers    map[string][]string `json:"headers"`
 		}
-		res := runT(t, Config{URL: "https://" + addr + "/echo", Proto: p, Requests: 10, Pins: []string{m[1]}})
+		res := runT(t, bench.Config{URL: "https://" + addr + "/echo", Proto: p, Requests: 10, Pins: []string{m[1]}})
 		if res.Status[200] != 10 {
 			t.Fatalf("%s: status %v, errors %v", p, res.Status, res.Errors)
 		}
@@ -403,7 +406,7 @@ func TestServeBare(t *testing.T) {
 		if err := json.Unmarshal(body, &got); err != nil {
 			t.Fatalf("%s: %v: %s", p, err, body)
 		}
-		want := map[Proto]string{H3: "HTTP/3.0", H2: "HTTP/2.0", H1: "HTTP/1.1"}[p]
+		want := map[bench.Proto]string{bench.H3: "HTTP/3.0", bench.H2: "HTTP/2.0", bench.H1: "HTTP/1.1"}[p]
 		if got.Proto != want || got.ClientAddr != "127.0.0.1" || got.Path != "/echo" || got.Headers["X-Test"][0] != "1" {
 			t.Errorf("%s: echo %+v", p, got)
 		}
@@ -418,19 +421,35 @@ func TestServeBare(t *testing.T) {
 	}
 }
 
-// fetchBody GETs url once over p, with the header X-Test: 1, and returns the body (Run
-// discards bodies, so this uses one of its clients directly).
-func fetchBody(t *testing.T, p Proto, url, pin string) []byte {
+// runT runs c with a hard bound, failing the test on error.
+func runT(t *testing.T, c bench.Config) *bench.Result {
 	t.Helper()
-	c := Config{URL: url, Proto: p, Pins: []string{pin}, Header: map[string][]string{"X-Test": {"1"}}}.withDefaults()
-	r, err := newRun(t.Context(), c)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	res, err := bench.Run(ctx, c)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// fetchBody GETs url once over p, with the header X-Test: 1, and returns the body
+// (bench.Run discards bodies, so this uses one of its connections directly).
+func fetchBody(t *testing.T, p bench.Proto, url, pin string) []byte {
+	t.Helper()
+	conns, err := bench.Dial(t.Context(), bench.Config{URL: url, Proto: p, Pins: []string{pin}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.close()
+	defer conns.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	resp, err := r.clients[0].roundTrip(r.request(ctx, ""))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Test", "1")
+	resp, err := conns.RoundTrip(0, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +478,7 @@ func readLine(r io.Reader) (string, error) {
 func TestRedisHelper(t *testing.T) {
 	_, err := exec.LookPath("redis-server")
 	need(t, "redis-server", err == nil)
-	e := &env{opt: ScenarioOptions{NoPin: true}, log: tlog{t}, dir: t.TempDir()}
+	e := &env{opt: Options{NoPin: true}, log: tlog{t}, dir: t.TempDir()}
 	defer e.close()
 	p, addr, err := e.startRedis(t.Context(), "redis")
 	if err != nil {

@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 const claimDropCost = "a banned source's datagram costs the server at least 50× less CPU than a full policy 429 (short mode: 20×); the order of the other layers is reported, not claimed"
@@ -266,7 +269,7 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 				}
 			}
 		}
-		tc, err := tlsConfig("localhost", nil, []string{s.pin}, false)
+		tc, err := bench.TLSConfig("localhost", nil, []string{s.pin}, false)
 		if err != nil {
 			return nil, err
 		}
@@ -411,13 +414,13 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 	}
 
 	rep.Table = [][]string{{"layer", "units refused", "units/s", "server CPU", "µs/unit", "spread", "× cheaper than full 429", "client saw"}}
-	chart := &Chart{
+	ch := &chart.Chart{
 		Title:  "h3edge CPU per refused unit, by layer (log scale; * outside the claim)",
 		XLabel: "layer (whiskers: spread over rounds)",
 		YLabel: "server CPU per unit (µs)",
 		YLog:   true,
 	}
-	bar := Series{Name: "CPU per unit (µs)"}
+	bar := chart.Series{Name: "CPU per unit (µs)"}
 	for _, r := range results {
 		var units, cpu float64
 		for _, rd := range r.Rounds {
@@ -436,12 +439,12 @@ func runDropCost(ctx context.Context, e *env) (*Report, error) {
 			fmt.Sprintf("%.2f", r.PerUnitUs), fmt.Sprintf("%.2f–%.2f", r.LowUs, r.HighUs), cheaper,
 			clientSummary(r.Rounds),
 		})
-		chart.Categories = append(chart.Categories, r.label)
+		ch.Categories = append(ch.Categories, r.label)
 		bar.Y, bar.Low, bar.High = append(bar.Y, r.PerUnitUs), append(bar.Low, r.LowUs), append(bar.High, r.HighUs)
 	}
-	chart.Series = []Series{bar}
-	chart.HLines = []Marker{{At: full3.PerUnitUs / factor, Label: fmt.Sprintf("full 429 (h3) ÷ %.0f", factor)}}
-	rep.Chart = chart
+	ch.Series = []chart.Series{bar}
+	ch.HLines = []chart.Marker{{At: full3.PerUnitUs / factor, Label: fmt.Sprintf("full 429 (h3) ÷ %.0f", factor)}}
+	rep.Chart = ch
 
 	rep.Notes = append(rep.Notes,
 		fmt.Sprintf("one fresh h3edge per layer on CPU 0, flooded from its own loopback sources (client on CPU 1) for %d round(s) of %v after a %v warm-up, layers interleaved; µs/unit is the median over rounds of h3edge's utime+stime (/proc/PID/stat, 10 ms ticks) ÷ the units its own counters show", rounds, dur, warm),

@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"context"
@@ -24,6 +24,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/bench"
 )
 
 // The bare server's settings mirror h3edge's public listeners (streams per connection,
@@ -192,5 +194,5 @@ func bareCertificate() (tls.Certificate, string, error) {
 	if err != nil {
 		return tls.Certificate{}, "", err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, SPKIPin(leaf), nil
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, bench.SPKIPin(leaf), nil
 }

@@ -1,9 +1,12 @@
-package bench
+package scenario
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 const claimFields = "clients that respect the RateLimit fields (-respect-limits) make h3edge build at most 10% of the 429s that clients ignoring them cause, for at least 80% of their successful throughput, and every response's fields parse and agree with what the clients saw"
@@ -32,10 +35,10 @@ type fieldsGroup struct {
 	DeniedPerOK float64 `json:"denied_per_ok"`
 	// ServerCPUus is h3edge's CPU time over the group's run; per successful request in
 	// CPUPerOKus.
-	ServerCPUus float64       `json:"server_cpu_us"`
-	CPUPerOKus  float64       `json:"server_cpu_per_ok_us"`
-	Fields      FieldStats    `json:"fields"`
-	Respect     *RespectStats `json:"respect,omitempty"`
+	ServerCPUus float64             `json:"server_cpu_us"`
+	CPUPerOKus  float64             `json:"server_cpu_per_ok_us"`
+	Fields      bench.FieldStats    `json:"fields"`
+	Respect     *bench.RespectStats `json:"respect,omitempty"`
 }
 
 func runFields(ctx context.Context, e *env) (*Report, error) {
@@ -64,7 +67,7 @@ func runFields(ctx context.Context, e *env) (*Report, error) {
 	}
 	var out []fieldsGroup
 	for _, g := range groups {
-		srcs, err := ParseSources(g.sources)
+		srcs, err := bench.ParseSources(g.sources)
 		if err != nil {
 			return nil, err
 		}
@@ -75,8 +78,8 @@ func runFields(ctx context.Context, e *env) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := runLoad(ctx, Config{
-			URL: edge.url("/api/x"), Proto: H3, Connections: fieldsClients, Streams: 2,
+		res, err := runLoad(ctx, bench.Config{
+			URL: edge.url("/api/x"), Proto: bench.H3, Connections: fieldsClients, Streams: 2,
 			Rate: fieldsClients * fieldsOffered, Duration: dur, Timeout: 2 * time.Second,
 			Sources: srcs, Pins: []string{edge.pin}, RespectLimits: g.respect,
 		})
@@ -132,7 +135,7 @@ func runFields(ctx context.Context, e *env) (*Report, error) {
 	rep.Notes = append(rep.Notes, fmt.Sprintf("policy fixed_window q=%d w=%v keyed by ip; %d h3 clients per group (own source each), %d req/s offered each, open loop, %v per group from 50 ms after a window boundary, groups one after the other, penalty box off; server CPU from /proc/PID/stat",
 		fieldsQuota, fieldsWindow, fieldsClients, fieldsOffered, dur))
 	for _, g := range out {
-		for _, p := range FieldProblems {
+		for _, p := range bench.FieldProblems {
 			if n := g.Fields.Problems[p]; n > 0 {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d responses with %s", g.Group, n, p))
 			}
@@ -141,12 +144,12 @@ func runFields(ctx context.Context, e *env) (*Report, error) {
 	if resp.Respect != nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("respecting clients held %d requests back, %.1fs in all", resp.Respect.Waits, resp.Respect.Waited.Seconds()))
 	}
-	rep.Chart = &Chart{
+	rep.Chart = &chart.Chart{
 		Title:      "What the server handles: clients that respect RateLimit vs clients that ignore it",
 		XLabel:     fmt.Sprintf("group (%d clients, %d req/s offered each, quota %d/s each)", fieldsClients, fieldsOffered, fieldsQuota),
 		YLabel:     "requests per second",
 		Categories: []string{"respecting", "ignoring"},
-		Series: []Series{
+		Series: []chart.Series{
 			{Name: "handled/s", Y: []float64{perSecond(resp.Handled, resp.Seconds), perSecond(ign.Handled, ign.Seconds)}},
 			{Name: "200/s", Y: []float64{resp.OKPerSecond, ign.OKPerSecond}},
 			{Name: "429/s", Y: []float64{perSecond(resp.Denied, resp.Seconds), perSecond(ign.Denied, ign.Seconds)}},

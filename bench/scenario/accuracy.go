@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"bufio"
@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 	"github.com/h3edge/h3edge/headers"
 )
 
@@ -159,7 +161,7 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 	if e.opt.Short {
 		par = accuracyShort
 	}
-	sources, err := ParseSources(accuracySources)
+	sources, err := bench.ParseSources(accuracySources)
 	if err != nil {
 		return nil, err
 	}
@@ -197,18 +199,18 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 	rep := &Report{Holds: true}
 	rep.Table = [][]string{{"store", "policy", "admitted", "expected", "per window", "over", "under", "peak in W", "503", "ok"}}
 	var fails []string
-	chart := &Chart{
+	ch := &chart.Chart{
 		Title:  fmt.Sprintf("Admitted per window ÷ what the algorithm allows (Q = %d per %v, 3 edges, 200 clients)", par.quota, par.window),
 		XLabel: "policy (bars: mean over windows; whiskers: lowest and highest window)",
 		YLabel: "admitted ÷ allowed, per window",
-		HLines: []Marker{{At: 1, Label: "exact"}},
+		HLines: []chart.Marker{{At: 1, Label: "exact"}},
 		YMin:   0, YMax: 1.25,
 	}
 	for _, p := range accuracyPolicies {
-		chart.Categories = append(chart.Categories, p.label())
+		ch.Categories = append(ch.Categories, p.label())
 	}
 	for _, ps := range passes {
-		ser := Series{Name: ps.Store}
+		ser := chart.Series{Name: ps.Store}
 		for _, a := range ps.Policies {
 			expected := "-"
 			sumExp := 0
@@ -237,7 +239,7 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 			ser.Low = append(ser.Low, lo)
 			ser.High = append(ser.High, hi)
 		}
-		chart.Series = append(chart.Series, ser)
+		ch.Series = append(ch.Series, ser)
 		if len(ps.KeysNoTTL) > 0 || len(ps.KeysRaw) > 0 {
 			rep.Holds = false
 			fails = append(fails, fmt.Sprintf("%s: Redis keys without expiry %v, with the raw API key %v", ps.Store, ps.KeysNoTTL, ps.KeysRaw))
@@ -248,7 +250,7 @@ func runAccuracy(ctx context.Context, e *env) (*Report, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d requests, client p99 %s; %d Redis keys after the run, every one with an expiry: %v, none holding the raw API key: %v",
 			ps.Store, ps.Requests, ms(time.Duration(ps.P99us)*time.Microsecond), ps.Keys, len(ps.KeysNoTTL) == 0, len(ps.KeysRaw) == 0))
 	}
-	rep.Chart = chart
+	rep.Chart = ch
 	if rep.Holds {
 		var b strings.Builder
 		for _, ps := range passes {
@@ -371,7 +373,7 @@ func accuracyRun(ctx context.Context, e *env, par accuracyParams, sources []neti
 	}
 
 	ps := &accuracyPass{Store: store, Start: start, Requests: len(recs)}
-	lat := newHistogram()
+	lat := bench.NewHistogram()
 	for _, r := range recs {
 		if r.code == 0 {
 			ps.Errors++
@@ -704,15 +706,17 @@ type fleetLoad struct {
 	rate    float64 // requests per second over all connections
 	timeout time.Duration
 
-	runs    []*run // one per edge: its clients
+	conns   []*bench.Conns // one per edge
 	clients []fleetClient
 	urls    [][]*url.URL // [edge][path]
 	header  http.Header
 }
 
+// fleetClient is connection i of conns, to edges[edge].
 type fleetClient struct {
-	cl   client
-	edge int
+	conns *bench.Conns
+	i     int
+	edge  int
 }
 
 // fleetRecord is one request.
@@ -720,7 +724,7 @@ type fleetRecord struct {
 	path, edge int
 	// code is the HTTP status, 0 if the request failed (kind says how).
 	code int
-	kind ErrorKind
+	kind bench.ErrorKind
 	// reduced: a problem document of type temporary-reduced-capacity; retryAfter: a
 	// Retry-After field.
 	reduced, retryAfter bool
@@ -738,19 +742,16 @@ func (l *fleetLoad) connect(ctx context.Context) error {
 				srcs = append(srcs, a)
 			}
 		}
-		c := Config{URL: s.url("/"), Proto: H3, Connections: len(srcs), Streams: l.streams,
+		c := bench.Config{URL: s.url("/"), Proto: bench.H3, Connections: len(srcs), Streams: l.streams,
 			Sources: srcs, Pins: []string{s.pin}, Timeout: l.timeout}
-		if err := c.Validate(); err != nil {
-			return err
-		}
-		r, err := newRun(ctx, c.withDefaults())
+		conns, err := bench.Dial(ctx, c)
 		if err != nil {
 			l.close()
 			return err
 		}
-		l.runs = append(l.runs, r)
-		for _, cl := range r.clients {
-			l.clients = append(l.clients, fleetClient{cl: cl, edge: ei})
+		l.conns = append(l.conns, conns)
+		for i := range conns.Len() {
+			l.clients = append(l.clients, fleetClient{conns: conns, i: i, edge: ei})
 		}
 		var us []*url.URL
 		for _, p := range append(slices.Clone(l.paths), "/h3bench-warm-up") {
@@ -782,16 +783,16 @@ func (l *fleetLoad) connect(ctx context.Context) error {
 }
 
 func (l *fleetLoad) close() {
-	for _, r := range l.runs {
-		r.close()
+	for _, c := range l.conns {
+		c.Close()
 	}
-	l.runs = nil
+	l.conns = nil
 }
 
 // run sends requests intended from start until end and returns their records, in
 // order of intended send time.
 func (l *fleetLoad) run(ctx context.Context, start, end time.Time) ([]fleetRecord, error) {
-	pacer := Pacer{Start: start, Rate: l.rate}
+	pacer := bench.Pacer{Start: start, Rate: l.rate}
 	var next atomic.Int64
 	per := make([][]fleetRecord, len(l.clients)*l.streams)
 	var wg sync.WaitGroup
@@ -830,7 +831,7 @@ func (l *fleetLoad) send(ctx context.Context, c fleetClient, p int, at time.Time
 		Header: l.header, // shared read-only: transports do not modify request headers
 	}).WithContext(rctx)
 	rec.sent = time.Now()
-	resp, err := c.cl.roundTrip(req)
+	resp, err := c.conns.RoundTrip(c.i, req)
 	if err == nil {
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			var prob struct {
@@ -849,9 +850,9 @@ func (l *fleetLoad) send(ctx context.Context, c fleetClient, p int, at time.Time
 	rec.recv = time.Now()
 	if err != nil {
 		rec.code = 0
-		rec.kind = Classify(err)
+		rec.kind = bench.Classify(err)
 		if errors.Is(rctx.Err(), context.DeadlineExceeded) {
-			rec.kind = ErrTimeout
+			rec.kind = bench.ErrTimeout
 		}
 	}
 	return rec

@@ -1,7 +1,9 @@
-package bench
+package chart
 
 import (
 	"bytes"
+	"encoding/xml"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -102,5 +104,27 @@ func TestNiceStep(t *testing.T) {
 	}
 	if got := fmtTick(0.30000000000000004, 0.1); got != "0.3" {
 		t.Errorf("fmtTick = %q", got)
+	}
+}
+
+// checkXML fails the test unless b is well-formed XML whose root is an svg element.
+func checkXML(t *testing.T, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, b)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("root element %q, want svg", root)
 	}
 }

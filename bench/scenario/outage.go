@@ -1,4 +1,4 @@
-package bench
+package scenario
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/chart"
 )
 
 const claimOutage = "with Redis SIGKILLed and restarted mid-run, then SIGSTOPped and continued, under steady load: during each outage the client-side p99 stays within redis.timeout + 5 ms; on_store_failure open admits, within its local backstop (the same quota per edge); closed answers 503 with a temporary-reduced-capacity problem; local applies quota ÷ fleet size per edge; no other 5xx, no failed request, no panic; once Redis is back, exact global limiting resumes within 2 s"
@@ -108,7 +111,7 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 	if e.opt.Short {
 		tm = outageShort
 	}
-	sources, err := ParseSources(outageSources)
+	sources, err := bench.ParseSources(outageSources)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +439,7 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 	if e.opt.Short {
 		rep.Notes = append(rep.Notes, "short mode: shorter phases (1.3 s before, 1.63 s killed, 2.2 s restarted, 1.13 s stopped, 2.2 s continued instead of 4, 5.13, 6, 5.13, 6 s)")
 	}
-	rep.Chart = outageChart(recs, start, total, []Marker{
+	rep.Chart = outageChart(recs, start, total, []chart.Marker{
 		{At: ev.kill.Sub(start).Seconds(), Label: "SIGKILL"},
 		{At: ev.restartReady.Sub(start).Seconds(), Label: "restart"},
 		{At: ev.stop.Sub(start).Seconds(), Label: "SIGSTOP"},
@@ -455,7 +458,7 @@ func runOutage(ctx context.Context, e *env) (*Report, error) {
 // count responses that arrived in [from, to).
 func outageStats(recs []fleetRecord, mi int, mode string, from, to time.Time) outageMode {
 	m := outageMode{Mode: mode, PerEdge: make([]int, outageEdges)}
-	h := newHistogram()
+	h := bench.NewHistogram()
 	for _, r := range recs {
 		if r.path != mi {
 			continue
@@ -521,7 +524,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // outageChart draws, per 100 ms, each mode's admissions over both edges and the p99
 // latency of the requests intended in that bin, one panel each.
-func outageChart(recs []fleetRecord, start time.Time, total time.Duration, events []Marker) *Chart {
+func outageChart(recs []fleetRecord, start time.Time, total time.Duration, events []chart.Marker) *chart.Chart {
 	nb := int((total + outageBin - 1) / outageBin)
 	admitted := make([][]float64, len(outageModes))
 	lat := make([][][]int64, len(outageModes))
@@ -541,7 +544,7 @@ func outageChart(recs []fleetRecord, start time.Time, total time.Duration, event
 			}
 		}
 	}
-	c := &Chart{
+	c := &chart.Chart{
 		Title:  "Redis killed, restarted, stopped and continued: per 100 ms, by on_store_failure",
 		XLabel: "seconds from start (dashed: faults)",
 		YLabel: "admitted per 100 ms  |  p99 latency (ms)",
@@ -549,7 +552,7 @@ func outageChart(recs []fleetRecord, start time.Time, total time.Duration, event
 		VLines: events,
 	}
 	for mi, m := range outageModes {
-		s := Series{Name: m + ": admitted", Step: true}
+		s := chart.Series{Name: m + ": admitted", Step: true}
 		for k := range nb {
 			s.X = append(s.X, (time.Duration(k) * outageBin).Seconds())
 			s.Y = append(s.Y, admitted[mi][k])
@@ -557,7 +560,7 @@ func outageChart(recs []fleetRecord, start time.Time, total time.Duration, event
 		c.Series = append(c.Series, s)
 	}
 	for mi, m := range outageModes {
-		s := Series{Name: m + ": p99 ms", Step: true}
+		s := chart.Series{Name: m + ": p99 ms", Step: true}
 		for k := range nb {
 			v := 0.0
 			if xs := lat[mi][k]; len(xs) > 0 {

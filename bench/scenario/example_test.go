@@ -1,0 +1,39 @@
+package scenario_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/h3edge/h3edge/bench/scenario"
+)
+
+func ExampleClaim() {
+	for _, name := range scenario.Names() {
+		_, waiting, _ := scenario.Claim(name)
+		fmt.Println(name, len(waiting) == 0)
+	}
+	// Output:
+	// baseline true
+	// noisy-neighbour true
+	// boundary true
+	// fields true
+	// accuracy true
+	// outage true
+	// drop-cost true
+}
+
+func ExampleRun() {
+	// A name no scenario has is an error; so is a scenario that waits for what this
+	// build lacks (a *scenario.WaitingError; none does in this build).
+	_, err := scenario.Run(context.Background(), "no-such-scenario", scenario.Options{Short: true})
+	fmt.Println(errors.Is(err, scenario.ErrUnknown))
+	// Output: true
+}
+
+func ExampleProcessCPU() {
+	used, err := scenario.ProcessCPU(os.Getpid())
+	fmt.Println(err == nil && used >= 0)
+	// Output: true
+}
