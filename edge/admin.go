@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // The admin API of DESIGN.md §6, on its own listener: metrics, health, the effective
@@ -188,7 +190,9 @@ func loopbackHost(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return isLoopback(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	a, err := netip.ParseAddr(host)
+	return host == "localhost" || err == nil && a.IsLoopback()
 }
 
 // adminProblem is an RFC 9457 problem document with the list of errors of a refused
@@ -377,7 +381,7 @@ func (a *admin) addBan(w http.ResponseWriter, r *http.Request) {
 		writeAdminProblem(w, http.StatusBadRequest, "reading the ban: "+err.Error(), nil)
 		return
 	}
-	p, ok := parsePrefix(req.Prefix)
+	p, ok := config.ParsePrefix(req.Prefix)
 	if !ok {
 		writeAdminProblem(w, http.StatusBadRequest, fmt.Sprintf("prefix: want an address or a CIDR prefix such as 203.0.113.0/24 (got %q)", req.Prefix), nil)
 		return
@@ -394,7 +398,7 @@ func (a *admin) addBan(w http.ResponseWriter, r *http.Request) {
 	if reason == "" {
 		reason = "manual"
 	}
-	if len(reason) > 200 || !validKey(reason) {
+	if len(reason) > 200 || !config.ValidKey(reason) {
 		writeAdminProblem(w, http.StatusBadRequest, "reason: at most 200 bytes, no control characters", nil)
 		return
 	}
@@ -416,7 +420,7 @@ func (a *admin) liftBan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw := r.PathValue("prefix")
-	p, ok := parsePrefix(raw)
+	p, ok := config.ParsePrefix(raw)
 	if !ok {
 		writeAdminProblem(w, http.StatusBadRequest, fmt.Sprintf("want an address or a CIDR prefix such as 203.0.113.0/24 (got %q)", raw), nil)
 		return
@@ -603,7 +607,7 @@ var errAdminExposed = errors.New("edge: admin listener is not on a loopback addr
 
 // startAdmin binds the admin listener of c for h. With c.Listen "off" it returns nil
 // and no error.
-func startAdmin(c AdminConfig, h http.Handler, log *slog.Logger) (*adminServer, error) {
+func startAdmin(c config.AdminConfig, h http.Handler, log *slog.Logger) (*adminServer, error) {
 	if c.Listen == "off" {
 		return nil, nil
 	}

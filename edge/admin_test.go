@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // opsEdge is a test edge started as production starts one: Listen binds its admin
@@ -30,12 +32,12 @@ type opsEdge struct {
 
 // opsConfig is the test configuration: startEdge's, changed by mutate, with the admin
 // listener on a free loopback port, validated.
-func opsConfig(t testing.TB, mutate func(*Config), token string) *Config {
+func opsConfig(t testing.TB, mutate func(*config.Config), token string) *config.Config {
 	t.Helper()
-	cfg := Default()
+	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.IP = roomyIP
-	cfg.Admin = AdminConfig{Listen: "127.0.0.1:0", Token: token}
+	cfg.Admin = config.AdminConfig{Listen: "127.0.0.1:0", Token: token}
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -50,7 +52,7 @@ func opsConfig(t testing.TB, mutate func(*Config), token string) *Config {
 // listener that Listen started. load, if not nil, is the edge's Options.Load (what a
 // reload reads). When the edge is closed, the admin listener must be closed too and
 // must not have failed.
-func startOps(t testing.TB, mutate func(*Config), token string, load func() (*Config, error)) *opsEdge {
+func startOps(t testing.TB, mutate func(*config.Config), token string, load func() (*config.Config, error)) *opsEdge {
 	t.Helper()
 	cfg := opsConfig(t, mutate, token)
 	var h slog.Handler = slog.DiscardHandler
@@ -253,17 +255,17 @@ func TestAdminValidateRefusesExposed(t *testing.T) {
 		{"localhost:9090", "", false},
 		{"off", "", false},
 	} {
-		cfg := Default()
-		cfg.Admin = AdminConfig{Listen: tc.listen, Token: tc.token}
+		cfg := config.Default()
+		cfg.Admin = config.AdminConfig{Listen: tc.listen, Token: tc.token}
 		err := cfg.Validate()
-		var ve ValidationError
+		var ve config.ValidationError
 		errors.As(err, &ve)
-		got := slices.ContainsFunc(ve, func(fe FieldError) bool { return fe.Path == "admin.token" })
+		got := slices.ContainsFunc(ve, func(fe config.FieldError) bool { return fe.Path == "admin.token" })
 		if got != tc.refused {
 			t.Errorf("admin %q token %q: refused %v, want %v (%v)", tc.listen, tc.token, got, tc.refused, err)
 		}
 	}
-	if _, err := startAdmin(AdminConfig{Listen: "0.0.0.0:0"}, http.NotFoundHandler(), nil); !errors.Is(err, errAdminExposed) {
+	if _, err := startAdmin(config.AdminConfig{Listen: "0.0.0.0:0"}, http.NotFoundHandler(), nil); !errors.Is(err, errAdminExposed) {
 		t.Errorf("startAdmin on 0.0.0.0 without a token: %v, want errAdminExposed", err)
 	}
 }
@@ -296,7 +298,7 @@ func TestAdminNotOnPublicPort(t *testing.T) {
 // TestAdminConfigRedacted: the effective configuration, keyed as in the file, without
 // its secrets.
 func TestAdminConfigRedacted(t *testing.T) {
-	e := startOps(t, func(c *Config) { c.Keys = &KeysConfig{Secret: "hash-secret"} }, "admin-secret", nil)
+	e := startOps(t, func(c *config.Config) { c.Keys = &config.KeysConfig{Secret: "hash-secret"} }, "admin-secret", nil)
 	code, h, body := e.call(t, "GET", "/api/v1/config", nil)
 	if code != 200 || h.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /api/v1/config: %d %s", code, h.Get("Content-Type"))
@@ -327,17 +329,17 @@ func TestAdminConfigRedacted(t *testing.T) {
 func TestAdminReload(t *testing.T) {
 	var next struct {
 		sync.Mutex
-		cfg *Config
+		cfg *config.Config
 		err error
 	}
-	e := startOps(t, withPolicies(Policy{Name: "burst", Quota: 100, Window: time.Minute}), "", func() (*Config, error) {
+	e := startOps(t, withPolicies(config.Policy{Name: "burst", Quota: 100, Window: time.Minute}), "", func() (*config.Config, error) {
 		next.Lock()
 		defer next.Unlock()
 		return next.cfg, next.err
 	})
 
-	next.cfg = opsConfig(t, withPolicies(Policy{Name: "burst", Quota: 100, Window: time.Minute},
-		Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}), "")
+	next.cfg = opsConfig(t, withPolicies(config.Policy{Name: "burst", Quota: 100, Window: time.Minute},
+		config.Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}), "")
 	code, _, body := e.call(t, "POST", "/api/v1/reload", nil)
 	var sum reloadSummary
 	json.Unmarshal(body, &sum)
@@ -345,8 +347,8 @@ func TestAdminReload(t *testing.T) {
 		t.Fatalf("valid reload: %d %s", code, body)
 	}
 
-	bad := Default()
-	bad.Policies = []Policy{{Name: "x", Quota: -1}}
+	bad := config.Default()
+	bad.Policies = []config.Policy{{Name: "x", Quota: -1}}
 	bad.ApplyDefaults()
 	next.cfg, next.err = nil, bad.Validate()
 	code, h, body := e.call(t, "POST", "/api/v1/reload", nil)
@@ -518,7 +520,7 @@ func TestAdminReadyz(t *testing.T) {
 // TestAdminServerLifecycle: serve returns http.ErrServerClosed after shutdown, also
 // when shutdown came first; "off" is a nil server that does nothing.
 func TestAdminServerLifecycle(t *testing.T) {
-	a, err := startAdmin(AdminConfig{Listen: "127.0.0.1:0"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a, err := startAdmin(config.AdminConfig{Listen: "127.0.0.1:0"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("up"))
 	}), nil)
 	if err != nil {
@@ -540,7 +542,7 @@ func TestAdminServerLifecycle(t *testing.T) {
 		t.Errorf("serve after shutdown: %v", err)
 	}
 
-	b, err := startAdmin(AdminConfig{Listen: "127.0.0.1:0"}, http.NotFoundHandler(), nil)
+	b, err := startAdmin(config.AdminConfig{Listen: "127.0.0.1:0"}, http.NotFoundHandler(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +551,7 @@ func TestAdminServerLifecycle(t *testing.T) {
 		t.Errorf("serve after an early shutdown: %v", err)
 	}
 
-	off, err := startAdmin(AdminConfig{Listen: "off"}, http.NotFoundHandler(), nil)
+	off, err := startAdmin(config.AdminConfig{Listen: "off"}, http.NotFoundHandler(), nil)
 	if off != nil || err != nil {
 		t.Fatalf("off: %v %v", off, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
@@ -61,8 +62,8 @@ func TestDashboardInChromium(t *testing.T) {
 	e := startOps(t, withPolicies(
 		// An hour, so that no unit comes back while the 45 requests are made (a minute's
 		// token bucket refilled one every 1.5 s, and a slow run saw 41 admitted).
-		Policy{Name: "burst", Quota: 40, Window: time.Hour},
-		Policy{Name: "watch", Quota: 10, Window: time.Hour, Mode: "shadow"},
+		config.Policy{Name: "burst", Quota: 40, Window: time.Hour},
+		config.Policy{Name: "watch", Quota: 10, Window: time.Hour, Mode: "shadow"},
 	), token, nil)
 	now := time.Now()
 	for _, p := range []string{"203.0.113.0/24", "2001:db8:bad::/64"} {

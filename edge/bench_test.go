@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -72,7 +73,7 @@ func drive(b *testing.B, c *http.Client, url string) {
 // and net/http over TLS on TCP, same port, same certificate.
 func startBare(b *testing.B) string {
 	b.Helper()
-	cfg := Default()
+	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = "off"
 	s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
@@ -107,7 +108,7 @@ func appendInt(b []byte, n int) []byte {
 
 // benchPolicies are three local policies that never deny, so every request pays for
 // the whole decision and its fields.
-var benchPolicies = []Policy{
+var benchPolicies = []config.Policy{
 	{Name: "burst", Key: []string{"header:X-API-Key", "ip"}, Quota: 1 << 40, Window: time.Second},
 	{Name: "daily", Key: []string{"header:X-API-Key", "ip"}, Algorithm: "fixed_window", Quota: 1 << 40, Window: 24 * time.Hour},
 	{Name: "per-ip", Key: []string{"ip"}, Algorithm: "sliding_window", Quota: 1 << 40, Window: time.Minute},
@@ -120,10 +121,10 @@ var benchPolicies = []Policy{
 func BenchmarkChain(b *testing.B) {
 	for _, tt := range []struct {
 		name     string
-		policies []Policy
+		policies []config.Policy
 	}{{"none", nil}, {"three", benchPolicies}} {
 		b.Run(tt.name, func(b *testing.B) {
-			cfg := Default()
+			cfg := config.Default()
 			cfg.Listen = "127.0.0.1:0"
 			cfg.IP = roomyIP
 			cfg.Policies = tt.policies

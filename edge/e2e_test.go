@@ -20,6 +20,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // testEdge is an h3edge server running in the test process on a free loopback port.
@@ -31,16 +33,16 @@ type testEdge struct {
 }
 
 // startEdge starts an edge with the default configuration changed by mutate.
-func startEdge(t testing.TB, mutate func(*Config)) *testEdge {
+func startEdge(t testing.TB, mutate func(*config.Config)) *testEdge {
 	t.Helper()
 	return startEdgeWith(t, mutate, Options{})
 }
 
 // startEdgeWith is startEdge with options; the certificate cache is the test's, and
 // the logger too unless opts has one.
-func startEdgeWith(t testing.TB, mutate func(*Config), opts Options) *testEdge {
+func startEdgeWith(t testing.TB, mutate func(*config.Config), opts Options) *testEdge {
 	t.Helper()
-	cfg := Default()
+	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	// Tests send many requests from 127.0.0.1: the per-source budgets get out of the
 	// way unless a test sets its own.
@@ -80,8 +82,8 @@ func startEdgeWith(t testing.TB, mutate func(*Config), opts Options) *testEdge {
 	return e
 }
 
-var roomyIP = IPConfig{
-	Connections: Rate{Rate: 100000, Burst: 100000}, Streams: Rate{Rate: 100000, Burst: 100000},
+var roomyIP = config.IPConfig{
+	Connections: config.Rate{Rate: 100000, Burst: 100000}, Streams: config.Rate{Rate: 100000, Burst: 100000},
 	MaxConnections: 100000, MaxStreamsPerConnection: 100, RetryAbove: 1000000,
 	MaxTracked: 100000, IPv4Prefix: 32, IPv6Prefix: 64,
 }
@@ -219,7 +221,7 @@ func upstreamRecorder(t testing.TB) *httptest.Server {
 
 func TestProxyEachProtocol(t *testing.T) {
 	up := upstreamRecorder(t)
-	e := startEdge(t, func(c *Config) { c.Upstream = up.URL })
+	e := startEdge(t, func(c *config.Config) { c.Upstream = up.URL })
 	wantVia := map[string]string{"h3": "3 h3edge", "h2": "2 h3edge", "h1": "1.1 h3edge"}
 	for _, p := range protos {
 		t.Run(p.name, func(t *testing.T) {
@@ -265,8 +267,8 @@ func TestTrustedProxies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			demo := startEdge(t, func(c *Config) { c.TrustedProxies = tt.trusted })
-			proxy := startEdge(t, func(c *Config) { c.TrustedProxies = tt.trusted; c.Upstream = up.URL })
+			demo := startEdge(t, func(c *config.Config) { c.TrustedProxies = tt.trusted })
+			proxy := startEdge(t, func(c *config.Config) { c.TrustedProxies = tt.trusted; c.Upstream = up.URL })
 			c := clientFor(t, "h2")
 			req, _ := http.NewRequest("GET", demo.url+"/", nil)
 			req.Header["X-Forwarded-For"] = tt.xff
@@ -293,7 +295,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 	}
 	dead := "http://" + ln.Addr().String()
 	ln.Close()
-	e := startEdge(t, func(c *Config) { c.Upstream = dead })
+	e := startEdge(t, func(c *config.Config) { c.Upstream = dead })
 	for _, p := range protos {
 		t.Run(p.name, func(t *testing.T) {
 			resp, err := clientFor(t, p.name).Get(e.url + "/")
@@ -318,7 +320,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 
 func TestUpstreamTimeout(t *testing.T) {
 	up, _ := slowUpstream(t, 5*time.Second)
-	e := startEdge(t, func(c *Config) { c.Upstream = up.URL; c.UpstreamTimeout = 200 * time.Millisecond })
+	e := startEdge(t, func(c *config.Config) { c.Upstream = up.URL; c.UpstreamTimeout = 200 * time.Millisecond })
 	for _, p := range protos {
 		t.Run(p.name, func(t *testing.T) {
 			start := time.Now()
@@ -338,7 +340,7 @@ func TestUpstreamTimeout(t *testing.T) {
 func TestServerSentEventsStream(t *testing.T) {
 	origin := httptest.NewServer(demoOrigin(nil))
 	t.Cleanup(origin.Close)
-	e := startEdge(t, func(c *Config) { c.Upstream = origin.URL })
+	e := startEdge(t, func(c *config.Config) { c.Upstream = origin.URL })
 	for _, p := range protos {
 		t.Run(p.name, func(t *testing.T) {
 			resp, err := clientFor(t, p.name).Get(e.url + "/stream?n=5")
@@ -476,7 +478,7 @@ func TestZeroRTT(t *testing.T) {
 // one of them finish with 200 and refuses new connections.
 func TestGracefulShutdown(t *testing.T) {
 	up, inflight := slowUpstream(t, 500*time.Millisecond)
-	e := startEdge(t, func(c *Config) { c.Upstream = up.URL })
+	e := startEdge(t, func(c *config.Config) { c.Upstream = up.URL })
 	const perProto = 25
 	var wg sync.WaitGroup
 	results := make(chan string, 2*perProto)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
@@ -15,7 +16,7 @@ import (
 // are decided there, and with abuse.share bans travel through it. Redis being down at
 // start does not stop the edge: the store starts with its circuit open and
 // on_store_failure applies until Redis answers.
-func (s *Server) initGlobal(cfg *Config) error {
+func (s *Server) initGlobal(cfg *config.Config) error {
 	rc := cfg.Redis
 	if rc == nil {
 		return nil

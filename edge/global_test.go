@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/h3edge/h3edge/bench/scenario"
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
@@ -81,10 +82,10 @@ func (r *redisServer) kill() { r.cmd.Process.Signal(syscall.SIGKILL); r.cmd.Wait
 func TestGlobalQuotaAcrossEdges(t *testing.T) {
 	rd := startRedis(t)
 	mk := func() *testEdge {
-		return startEdge(t, func(c *Config) {
-			c.Redis = &RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
-			c.Keys = &KeysConfig{Secret: "fleet-secret"}
-			c.Policies = []Policy{{Name: "burst", Key: []string{"header:X-API-Key"}, Quota: 10, Window: time.Minute}}
+		return startEdge(t, func(c *config.Config) {
+			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
+			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
+			c.Policies = []config.Policy{{Name: "burst", Key: []string{"header:X-API-Key"}, Quota: 10, Window: time.Minute}}
 		})
 	}
 	a, b := mk(), mk()
@@ -111,14 +112,14 @@ func TestGlobalQuotaAcrossEdges(t *testing.T) {
 
 func TestStoreFailureModes(t *testing.T) {
 	rd := startRedis(t)
-	e := startEdge(t, func(c *Config) {
+	e := startEdge(t, func(c *config.Config) {
 		// Generous while Redis is up (a slow round trip on a busy machine would fall back
 		// and upset the exact counts); once it is killed, calls fail at once.
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
-		c.Policies = []Policy{
-			{Name: "open", Match: Match{PathPrefix: "/open"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "open"},
-			{Name: "closed", Match: Match{PathPrefix: "/closed"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "closed"},
+		c.Policies = []config.Policy{
+			{Name: "open", Match: config.Match{PathPrefix: "/open"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "open"},
+			{Name: "closed", Match: config.Match{PathPrefix: "/closed"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "closed"},
 		}
 	})
 	c := clientFor(t, "h2")
@@ -154,8 +155,8 @@ func contains503(body []byte) bool {
 func TestSharedBans(t *testing.T) {
 	rd := startRedis(t)
 	mk := func() *testEdge {
-		return startEdge(t, func(c *Config) {
-			c.Redis = &RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
+		return startEdge(t, func(c *config.Config) {
+			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
 		})
 	}
 	a, b := mk(), mk()
@@ -172,14 +173,14 @@ func TestSharedBans(t *testing.T) {
 // /metrics (through the edge's own admin listener) have exactly the expected values.
 func TestMetricsStoreFailureLive(t *testing.T) {
 	rd := startRedis(t)
-	e := startEdge(t, func(c *Config) {
+	e := startEdge(t, func(c *config.Config) {
 		// Generous while Redis is up (a slow round trip on a busy machine would fall back
 		// and upset the exact counts); once it is killed, calls fail at once.
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
-		c.Policies = []Policy{
-			{Name: "open", Match: Match{PathPrefix: "/open"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "open"},
-			{Name: "closed", Match: Match{PathPrefix: "/closed"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "closed"},
+		c.Policies = []config.Policy{
+			{Name: "open", Match: config.Match{PathPrefix: "/open"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "open"},
+			{Name: "closed", Match: config.Match{PathPrefix: "/closed"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "closed"},
 		}
 	})
 	c := clientFor(t, "h2")
@@ -243,10 +244,10 @@ func TestMetricsStoreFailureLive(t *testing.T) {
 func TestInflightGaugeGlobal(t *testing.T) {
 	rd := startRedis(t)
 	up, inflight := slowUpstream(t, 10*time.Second)
-	e := startEdge(t, func(c *Config) {
+	e := startEdge(t, func(c *config.Config) {
 		c.Upstream = up.URL
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 50 * time.Millisecond}
-		c.Policies = []Policy{{Name: "conc", Key: []string{"ip"}, Algorithm: "concurrency", Quota: 10, OnStoreFailure: "open"}}
+		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 50 * time.Millisecond}
+		c.Policies = []config.Policy{{Name: "conc", Key: []string{"ip"}, Algorithm: "concurrency", Quota: 10, OnStoreFailure: "open"}}
 	})
 	c := clientFor(t, "h2")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -358,13 +359,13 @@ func TestContentBytesStreamedAcrossEdges(t *testing.T) {
 	rd := startRedis(t)
 	origin := startCountingOrigin(t)
 	mk := func() *testEdge {
-		return startEdge(t, func(c *Config) {
+		return startEdge(t, func(c *config.Config) {
 			c.Upstream = origin.url
-			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
-			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Abuse.Rejections = 1000000
 			// fixed_window: no refill while the test runs, so the bound is exact.
-			c.Policies = []Policy{{Name: "upload", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+			c.Policies = []config.Policy{{Name: "upload", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
 				Algorithm: "fixed_window", Quota: quota, Window: 24 * time.Hour}}
 		})
 	}
@@ -402,15 +403,15 @@ func TestContentBytesStreamedMixed(t *testing.T) {
 	rd := startRedis(t)
 	origin := startCountingOrigin(t)
 	mk := func(local bool) *testEdge {
-		return startEdge(t, func(c *Config) {
+		return startEdge(t, func(c *config.Config) {
 			c.Upstream = origin.url
-			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
-			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Abuse.Rejections = 1000000
-			c.Policies = []Policy{{Name: "fleet", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+			c.Policies = []config.Policy{{Name: "fleet", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
 				Algorithm: "fixed_window", Quota: 25000, Window: 24 * time.Hour}}
 			if local {
-				c.Policies = append(c.Policies, Policy{Name: "edge", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+				c.Policies = append(c.Policies, config.Policy{Name: "edge", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
 					Algorithm: "fixed_window", Quota: 15000, Window: 24 * time.Hour, Scope: "local"})
 			}
 		})
@@ -437,15 +438,15 @@ func TestContentBytesStreamedMixed(t *testing.T) {
 func TestContentBytesStreamedStoreFailure(t *testing.T) {
 	rd := startRedis(t)
 	origin := startCountingOrigin(t)
-	e := startEdge(t, func(c *Config) {
+	e := startEdge(t, func(c *config.Config) {
 		c.Upstream = origin.url
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
-		pol := func(name, failure string) Policy {
-			return Policy{Name: name, Match: Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+		pol := func(name, failure string) config.Policy {
+			return config.Policy{Name: name, Match: config.Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
 				Algorithm: "fixed_window", Quota: 25000, Window: 24 * time.Hour, OnStoreFailure: failure}
 		}
-		c.Policies = []Policy{pol("open", "open"), pol("closed", "closed")}
+		c.Policies = []config.Policy{pol("open", "open"), pol("closed", "closed")}
 	})
 	c := clientFor(t, "h2")
 
@@ -530,16 +531,16 @@ func TestContentBytesStreamedLease(t *testing.T) {
 	rc := rd.client(t)
 	origin := startCountingOrigin(t)
 	mk := func() *testEdge {
-		return startEdge(t, func(c *Config) {
+		return startEdge(t, func(c *config.Config) {
 			c.Upstream = origin.url
-			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
-			c.Keys = &KeysConfig{Secret: "fleet-secret"}
+			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Abuse.Rejections = 1000000
-			pol := func(name string, lease int64) Policy {
-				return Policy{Name: name, Match: Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
+			pol := func(name string, lease int64) config.Policy {
+				return config.Policy{Name: name, Match: config.Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
 					Algorithm: "fixed_window", Quota: quota, Window: 24 * time.Hour, Lease: lease}
 			}
-			c.Policies = []Policy{pol("exact", 0), pol("leased", 20000)}
+			c.Policies = []config.Policy{pol("exact", 0), pol("leased", 20000)}
 		})
 	}
 	edges := []*testEdge{mk(), mk()}

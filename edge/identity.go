@@ -13,11 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 )
-
-// maxKeyLen bounds a client key (API key, token): longer ones are refused with 400.
-const maxKeyLen = 256
 
 // keySource is one entry of a policy's `key:` chain.
 type keySource struct {
@@ -33,7 +31,7 @@ func parseKeySource(s string) keySource {
 	return keySource{kind: kind, name: name}
 }
 
-// errBadKey is a client key over maxKeyLen bytes or with control characters.
+// errBadKey is a client key over config.MaxKeyLen bytes or with control characters.
 var errBadKey = errors.New("the client key is longer than 256 bytes or contains control characters")
 
 // value returns what the source yields for r, if anything.
@@ -62,18 +60,6 @@ func (k keySource) value(r *http.Request) (string, bool) {
 	return "", false
 }
 
-func validKey(v string) bool {
-	if len(v) > maxKeyLen {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // hasher turns client keys into limiter Keys: a keyed SHA-256 truncated to 16 bytes, so
 // the raw key never leaves the request — not into memory tables, Redis, logs or metrics.
 // The key kind is hashed along, so an API key equal to some address string is not the
@@ -81,7 +67,7 @@ func validKey(v string) bool {
 type hasher struct{ secret []byte }
 
 func (h hasher) key(kind byte, value string) limiter.Key {
-	var buf [64 + maxKeyLen + 2]byte
+	var buf [64 + config.MaxKeyLen + 2]byte
 	b := append(buf[:0], h.secret...)
 	b = append(b, kind, 0)
 	b = append(b, value...)

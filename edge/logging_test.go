@@ -4,13 +4,15 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // TestLogComponentOnce: each log line names its component once — the certificate
 // store's lines say component=certs, not component=edge component=certs.
 func TestLogComponentOnce(t *testing.T) {
 	var buf syncBuffer
-	cfg := Default()
+	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = ""
 	cfg.ApplyDefaults()

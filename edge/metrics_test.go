@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/quic-go/quic-go"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -143,8 +144,8 @@ func compareSeries(t testing.TB, got, want map[string]float64) {
 // expfmt, against its exact value.
 func TestMetricsExact(t *testing.T) {
 	e := startOps(t, withPolicies(
-		Policy{Name: "burst", Quota: 3, Window: time.Minute},
-		Policy{Name: "watch", Quota: 2, Window: time.Minute, Mode: "shadow"},
+		config.Policy{Name: "burst", Quota: 3, Window: time.Minute},
+		config.Policy{Name: "watch", Quota: 2, Window: time.Minute, Mode: "shadow"},
 	), "metrics-token", nil)
 	status := map[string][]int{}
 	for _, step := range []struct {
@@ -190,8 +191,8 @@ func mergeSeries(dst, src map[string]float64) {
 // limiter.Policy; its decision counters carry on from where they were.
 func TestMetricsAcrossReload(t *testing.T) {
 	var mu sync.Mutex
-	var next *Config
-	e := startOps(t, withPolicies(Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", func() (*Config, error) {
+	var next *config.Config
+	e := startOps(t, withPolicies(config.Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", func() (*config.Config, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return next, nil
@@ -213,7 +214,7 @@ func TestMetricsAcrossReload(t *testing.T) {
 		t.Fatalf("before the reload: %v", m)
 	}
 	mu.Lock()
-	next = opsConfig(t, withPolicies(Policy{Name: "burst", Quota: 10, Window: time.Minute}), "")
+	next = opsConfig(t, withPolicies(config.Policy{Name: "burst", Quota: 10, Window: time.Minute}), "")
 	mu.Unlock()
 	if code, _, body := e.call(t, "POST", "/api/v1/reload", nil); code != 200 {
 		t.Fatalf("reload: %d %s", code, body)
@@ -229,7 +230,7 @@ func TestMetricsAcrossReload(t *testing.T) {
 // TestMetricsRefusals: connection refusals by transport and reason, and dropped
 // datagrams, against a real guard and real sockets.
 func TestMetricsRefusals(t *testing.T) {
-	e := startOps(t, func(c *Config) { c.IP.MaxConnections = 1 }, "", nil)
+	e := startOps(t, func(c *config.Config) { c.IP.MaxConnections = 1 }, "", nil)
 
 	// TCP: the second connection from 127.0.0.1 is over max_connections (once the
 	// start-up probe's connection is gone).
@@ -332,7 +333,7 @@ func (e *opsEdge) quicConnContext(t testing.TB) func(context.Context, *quic.Clie
 
 // TestMetricsStoreAndBans: the store hooks and the penalty box's counts.
 func TestMetricsStoreAndBans(t *testing.T) {
-	e := startOps(t, withPolicies(Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", nil)
+	e := startOps(t, withPolicies(config.Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", nil)
 	e.metrics.observeStore(2*time.Millisecond, nil)
 	e.metrics.observeStore(10*time.Millisecond, errors.New("i/o timeout"))
 	e.metrics.storeFailed("burst", true)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's logger and the test at once.
@@ -46,13 +48,13 @@ func TestPlansFromRedisHash(t *testing.T) {
 	}
 	var logs syncBuffer
 	mk := func() *testEdge {
-		return startEdgeWith(t, func(c *Config) {
-			c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
-			c.Keys = &KeysConfig{RedisHash: hash}
+		return startEdgeWith(t, func(c *config.Config) {
+			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Keys = &config.KeysConfig{RedisHash: hash}
 			c.Abuse.Rejections = 1000000 // the free plan's 429s must not ban the test's address
-			c.Policies = []Policy{
-				{Name: "free", Match: Match{Plan: "anonymous"}, Key: []string{"bearer", "ip"}, Quota: 1, Window: time.Minute},
-				{Name: "gold", Match: Match{Plan: "gold"}, Key: []string{"bearer", "ip"}, Quota: 100, Window: time.Minute},
+			c.Policies = []config.Policy{
+				{Name: "free", Match: config.Match{Plan: "anonymous"}, Key: []string{"bearer", "ip"}, Quota: 1, Window: time.Minute},
+				{Name: "gold", Match: config.Match{Plan: "gold"}, Key: []string{"bearer", "ip"}, Quota: 100, Window: time.Minute},
 			}
 		}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), redisPlansEvery: time.Millisecond})
 	}
@@ -113,10 +115,10 @@ func TestPlansFromRedisHashInvalid(t *testing.T) {
 	rc := rd.client(t)
 	ctx := context.Background()
 	rc.HSet(ctx, "plans", "good", "gold")
-	e := startEdge(t, func(c *Config) {
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
-		c.Keys = &KeysConfig{RedisHash: "plans"}
-		c.Policies = []Policy{{Name: "gold", Match: Match{Plan: "gold"}, Key: []string{"bearer"}, Quota: 100, Window: time.Minute}}
+	e := startEdge(t, func(c *config.Config) {
+		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Keys = &config.KeysConfig{RedisHash: "plans"}
+		c.Policies = []config.Policy{{Name: "gold", Match: config.Match{Plan: "gold"}, Key: []string{"bearer"}, Quota: 100, Window: time.Minute}}
 	})
 	before := e.plans.Load()
 	if len(before.byKey) != 1 {
@@ -152,9 +154,9 @@ func TestPlansRedisHashPaged(t *testing.T) {
 	for i := range n {
 		rc.HSet(ctx, "plans", fmt.Sprint("key-", i), []string{"gold", "silver"}[i%2])
 	}
-	e := startEdge(t, func(c *Config) {
-		c.Redis = &RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
-		c.Keys = &KeysConfig{RedisHash: "plans"}
+	e := startEdge(t, func(c *config.Config) {
+		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Keys = &config.KeysConfig{RedisHash: "plans"}
 	})
 	p := e.plans.Load()
 	if len(p.byKey) != n {

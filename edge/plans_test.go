@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -104,7 +105,7 @@ func TestPlansFile(t *testing.T) {
 			file := writeKeys(t, []byte(tc.file))
 			p, err := loadPlans(file, plansHasher)
 			if tc.errs != nil {
-				var ve ValidationError
+				var ve config.ValidationError
 				if !errors.As(err, &ve) {
 					t.Fatalf("loadPlans: %v, want problems %q", err, tc.errs)
 				}
@@ -136,29 +137,6 @@ func TestPlansFile(t *testing.T) {
 				t.Errorf("loaded %d keys, want %v", len(p.byKey), want)
 			}
 		})
-	}
-}
-
-// TestPlansFileProblemsBounded: a file of many bad entries lists the first ones and
-// counts the rest, and so does one of many repeated keys.
-func TestPlansFileProblemsBounded(t *testing.T) {
-	var bad, dup bytes.Buffer
-	for i := range 1000 {
-		fmt.Fprintf(&bad, "k%d: [x]\n", i)
-		fmt.Fprintf(&dup, "k: p%d\n", i)
-	}
-	for name, data := range map[string][]byte{"bad": bad.Bytes(), "repeated": dup.Bytes()} {
-		_, err := loadPlans(writeKeys(t, data), plansHasher)
-		var ve ValidationError
-		if !errors.As(err, &ve) || len(ve) != maxProblems+1 {
-			t.Fatalf("%s: %d problems, want %d and a count: %v", name, len(ve), maxProblems+1, err)
-		}
-		if got, want := ve[len(ve)-1].Problem, fmt.Sprintf("… and %d more problems", 1000-maxProblems-btoi(name == "repeated")); got != want {
-			t.Errorf("%s: last line %q, want %q", name, got, want)
-		}
-		if ve[0].Line != 1+btoi(name == "repeated") {
-			t.Errorf("%s: first problem %v", name, ve[0])
-		}
 	}
 }
 
@@ -257,7 +235,7 @@ func FuzzPlansFile(f *testing.F) {
 		}
 		p, err := loadPlans(file, plansHasher)
 		if err != nil {
-			var ve ValidationError
+			var ve config.ValidationError
 			if !errors.As(err, &ve) || len(ve) == 0 {
 				t.Fatalf("error %T %v, want a ValidationError", err, err)
 			}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/headers"
 	"github.com/h3edge/h3edge/limiter"
 )
@@ -69,7 +70,7 @@ const maxPolicies = 64
 // compileRules turns the configuration's policies into rules. prev, if not nil, is the
 // rule set being replaced: a policy whose name and parameters did not change keeps its
 // limiter.Policy, so its counters and clients' state carry over a reload.
-func compileRules(cfg *Config, prev *rules) (*rules, error) {
+func compileRules(cfg *config.Config, prev *rules) (*rules, error) {
 	if len(cfg.Policies) > maxPolicies {
 		return nil, fmt.Errorf("edge: at most %d policies", maxPolicies)
 	}
@@ -288,7 +289,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	if rs.byPlan {
 		for _, ks := range rs.credential {
 			if v, ok := ks.value(r); ok {
-				if validKey(v) {
+				if config.ValidKey(v) {
 					if p, ok := s.plans.Load().byKey[d.connMemo(r).credKey(s.hasher, v)]; ok {
 						plan = p
 					}
@@ -496,7 +497,7 @@ func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource, d *dec
 			return d.ipKey, nil
 		}
 		if v, ok := ks.value(r); ok {
-			if !validKey(v) {
+			if !config.ValidKey(v) {
 				return limiter.Key{}, errBadKey
 			}
 			if !d.credKeyOK || d.credVal != v {

@@ -18,12 +18,13 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 )
 
 // withPolicies returns a mutate function for startEdge that installs ps.
-func withPolicies(ps ...Policy) func(*Config) {
-	return func(c *Config) { c.Policies = ps }
+func withPolicies(ps ...config.Policy) func(*config.Config) {
+	return func(c *config.Config) { c.Policies = ps }
 }
 
 func do(t testing.TB, c *http.Client, method, url string, hdr map[string]string, body io.Reader) (*http.Response, []byte) {
@@ -68,7 +69,7 @@ func sfItem(t testing.TB, field []string, name string) map[string]any {
 }
 
 func TestTokenBucketAcrossProtocols(t *testing.T) {
-	e := startEdge(t, withPolicies(Policy{
+	e := startEdge(t, withPolicies(config.Policy{
 		Name: "burst", Key: []string{"header:X-API-Key", "ip"}, Algorithm: "token_bucket", Quota: 10, Window: time.Minute,
 	}))
 	clients := map[string]*http.Client{"h3": clientFor(t, "h3"), "h2": clientFor(t, "h2"), "h1": clientFor(t, "h1")}
@@ -126,8 +127,8 @@ func TestTokenBucketAcrossProtocols(t *testing.T) {
 
 func TestAllOrNothing(t *testing.T) {
 	e := startEdge(t, withPolicies(
-		Policy{Name: "burst", Key: []string{"ip"}, Quota: 5, Window: time.Minute},
-		Policy{Name: "daily", Key: []string{"ip"}, Algorithm: "fixed_window", Quota: 3, Window: 24 * time.Hour},
+		config.Policy{Name: "burst", Key: []string{"ip"}, Quota: 5, Window: time.Minute},
+		config.Policy{Name: "daily", Key: []string{"ip"}, Algorithm: "fixed_window", Quota: 3, Window: 24 * time.Hour},
 	))
 	c := clientFor(t, "h2")
 	for i := range 6 {
@@ -153,8 +154,8 @@ func TestAllOrNothing(t *testing.T) {
 
 func TestShadowBesideEnforced(t *testing.T) {
 	e := startEdge(t, withPolicies(
-		Policy{Name: "tight", Key: []string{"ip"}, Quota: 2, Window: time.Minute, Mode: "shadow"},
-		Policy{Name: "loose", Key: []string{"ip"}, Quota: 5, Window: time.Minute},
+		config.Policy{Name: "tight", Key: []string{"ip"}, Quota: 2, Window: time.Minute, Mode: "shadow"},
+		config.Policy{Name: "loose", Key: []string{"ip"}, Quota: 5, Window: time.Minute},
 	))
 	c := clientFor(t, "h3")
 	for i := range 5 {
@@ -207,9 +208,9 @@ func inflightGauge(t testing.TB, e *testEdge, policy string) (v float64, ok bool
 
 func TestConcurrencyPolicy(t *testing.T) {
 	up, inflight := slowUpstream(t, 10*time.Second)
-	e := startEdge(t, func(c *Config) {
+	e := startEdge(t, func(c *config.Config) {
 		c.Upstream = up.URL
-		c.Policies = []Policy{{Name: "inflight", Key: []string{"ip"}, Algorithm: "concurrency", Unit: "concurrent-requests", Quota: 3}}
+		c.Policies = []config.Policy{{Name: "inflight", Key: []string{"ip"}, Algorithm: "concurrency", Unit: "concurrent-requests", Quota: 3}}
 	})
 	c := clientFor(t, "h2")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -260,9 +261,9 @@ func TestConcurrencyPolicy(t *testing.T) {
 // stays held.
 func TestConcurrencyNeverLeaks(t *testing.T) {
 	up, _ := slowUpstream(t, 10*time.Second)
-	e := startEdge(t, func(c *Config) {
+	e := startEdge(t, func(c *config.Config) {
 		c.Upstream = up.URL
-		c.Policies = []Policy{{Name: "inflight", Key: []string{"ip"}, Algorithm: "concurrency", Quota: 100000}}
+		c.Policies = []config.Policy{{Name: "inflight", Key: []string{"ip"}, Algorithm: "concurrency", Quota: 100000}}
 	})
 	const n = 1000
 	var wg sync.WaitGroup
@@ -295,7 +296,7 @@ func TestConcurrencyNeverLeaks(t *testing.T) {
 }
 
 func TestContentBytes(t *testing.T) {
-	e := startEdge(t, withPolicies(Policy{Name: "upload", Key: []string{"header:X-API-Key"}, Unit: "content-bytes", Quota: 10000, Window: time.Hour}))
+	e := startEdge(t, withPolicies(config.Policy{Name: "upload", Key: []string{"header:X-API-Key"}, Unit: "content-bytes", Quota: 10000, Window: time.Hour}))
 	for _, proto := range []string{"h3", "h2", "h1"} {
 		t.Run(proto, func(t *testing.T) {
 			key := map[string]string{"X-API-Key": proto} // a fresh quota per protocol
@@ -345,7 +346,7 @@ func TestContentBytes(t *testing.T) {
 }
 
 func TestLeakyBucketDelays(t *testing.T) {
-	e := startEdge(t, withPolicies(Policy{
+	e := startEdge(t, withPolicies(config.Policy{
 		Name: "smooth", Key: []string{"ip"}, Algorithm: "leaky_bucket", Quota: 10, Window: time.Second, MaxDelay: 250 * time.Millisecond,
 	}))
 	c := clientFor(t, "h3")
@@ -382,7 +383,7 @@ func TestLeakyBucketDelays(t *testing.T) {
 }
 
 func TestBadClientKey(t *testing.T) {
-	e := startEdge(t, withPolicies(Policy{Name: "k", Key: []string{"header:X-API-Key", "ip"}, Quota: 10, Window: time.Minute}))
+	e := startEdge(t, withPolicies(config.Policy{Name: "k", Key: []string{"header:X-API-Key", "ip"}, Quota: 10, Window: time.Minute}))
 	resp, body := do(t, clientFor(t, "h2"), "GET", e.url+"/", map[string]string{"X-API-Key": strings.Repeat("k", 257)}, nil)
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "client key") {
 		t.Errorf("key of 257 bytes: %d %s, want 400", resp.StatusCode, body)
@@ -405,11 +406,11 @@ func TestPlansFromKeysFile(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.yaml")
 	os.WriteFile(keys, []byte("gold-key: gold\n"), 0o644)
-	e := startEdge(t, func(c *Config) {
-		c.Keys = &KeysConfig{File: keys}
-		c.Policies = []Policy{
-			{Name: "free", Match: Match{Plan: "anonymous"}, Key: []string{"bearer", "ip"}, Quota: 1, Window: time.Minute},
-			{Name: "gold", Match: Match{Plan: "gold"}, Key: []string{"bearer", "ip"}, Quota: 100, Window: time.Minute},
+	e := startEdge(t, func(c *config.Config) {
+		c.Keys = &config.KeysConfig{File: keys}
+		c.Policies = []config.Policy{
+			{Name: "free", Match: config.Match{Plan: "anonymous"}, Key: []string{"bearer", "ip"}, Quota: 1, Window: time.Minute},
+			{Name: "gold", Match: config.Match{Plan: "gold"}, Key: []string{"bearer", "ip"}, Quota: 100, Window: time.Minute},
 		}
 	})
 	c := clientFor(t, "h3")

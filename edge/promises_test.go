@@ -25,6 +25,8 @@ import (
 	"github.com/quic-go/quic-go/quicvarint"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // The tests of this file hold the README's promises about the public listeners: the
@@ -34,7 +36,7 @@ import (
 // TestStats429CountsStreamRefusals: the dashboard's 429s are the stream budget's
 // prebuilt 429s too, the ones refused_streams_total counts, so both tell one story.
 func TestStats429CountsStreamRefusals(t *testing.T) {
-	e := startEdge(t, func(c *Config) { c.IP.Streams = Rate{Rate: 0.001, Burst: 2} })
+	e := startEdge(t, func(c *config.Config) { c.IP.Streams = config.Rate{Rate: 0.001, Burst: 2} })
 	for _, proto := range []string{"h2", "h1"} {
 		c := clientFor(t, proto)
 		for range 5 {
@@ -76,7 +78,7 @@ func TestUpstreamTLSFailureLogged(t *testing.T) {
 	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(up.Close)
 	var logs syncBuffer
-	e := startEdgeWith(t, func(c *Config) { c.Upstream = up.URL }, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e := startEdgeWith(t, func(c *config.Config) { c.Upstream = up.URL }, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for _, p := range protos {
 		resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/", nil, nil)
 		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" {
@@ -123,7 +125,7 @@ func TestSettingsAdvertised(t *testing.T) {
 	var upstreamSaw atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { upstreamSaw.Add(1) }))
 	t.Cleanup(up.Close)
-	e := startEdge(t, func(c *Config) { c.Upstream = up.URL })
+	e := startEdge(t, func(c *config.Config) { c.Upstream = up.URL })
 
 	t.Run("h2", func(t *testing.T) {
 		conn, fr := h2Dial(t, e.Addr().String())

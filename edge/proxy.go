@@ -11,11 +11,13 @@ import (
 	"net/netip"
 	"net/url"
 	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // origin is the handler behind the middleware: the proxy to the upstream, or the demo
 // origin when none is configured.
-func buildOrigin(cfg *Config) (http.Handler, error) {
+func buildOrigin(cfg *config.Config) (http.Handler, error) {
 	if cfg.Upstream == "" {
 		return demoOrigin(cfg.TrustedProxyPrefixes()), nil
 	}

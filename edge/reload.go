@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // restartFields are the settings a reload refuses to change, naming each one changed:
@@ -66,7 +68,7 @@ func (s *Server) reloadConfig() error {
 
 // apply puts cfg and its plans p in force (p nil: keep the plans in force), or changes
 // nothing and says why. The caller holds reloadMu.
-func (s *Server) apply(cfg *Config, p *plans) error {
+func (s *Server) apply(cfg *config.Config, p *plans) error {
 	old := s.config()
 	fixed := restartFields
 	if s.opts.SetLogFormat == nil {
@@ -131,7 +133,7 @@ func (s *Server) apply(cfg *Config, p *plans) error {
 // and the plans of its keys: section (nil when they are read from Redis and Redis
 // cannot be read: the plans in force stay, and the watcher reads the hash at every
 // tick until it can). This is the slow part of a reload, and takes no lock.
-func (s *Server) loadAgain(old *Config) (*Config, *plans, error) {
+func (s *Server) loadAgain(old *config.Config) (*config.Config, *plans, error) {
 	cfg, err := s.loadConfig(old)
 	if err != nil {
 		return nil, nil, err
@@ -154,14 +156,14 @@ func (s *Server) loadAgain(old *Config) (*Config, *plans, error) {
 }
 
 // loadConfig reads the configuration again: through Options.Load, or from old's file.
-func (s *Server) loadConfig(old *Config) (*Config, error) {
+func (s *Server) loadConfig(old *config.Config) (*config.Config, error) {
 	if s.opts.Load != nil {
 		return s.opts.Load()
 	}
 	if old.File == "" {
-		return Default(), nil
+		return config.Default(), nil
 	}
-	cfg, err := Load(old.File)
+	cfg, err := config.Load(old.File)
 	if cfg == nil {
 		return nil, err
 	}
@@ -177,10 +179,10 @@ var errRestart = errors.New("cannot change while running; restart h3edge to appl
 
 // restartOnly reports the settings among fields (paths such as "redis.url") that
 // differ between old and cfg, each naming its path and wrapping errRestart.
-func restartOnly(old, cfg *Config, fields []string) error {
+func restartOnly(old, cfg *config.Config, fields []string) error {
 	var errs []error
 	for _, f := range fields {
-		if !same(valueAt(reflect.ValueOf(old), f), valueAt(reflect.ValueOf(cfg), f)) {
+		if !config.Same(old, cfg, f) {
 			errs = append(errs, fmt.Errorf("%s: %w", f, errRestart))
 		}
 	}

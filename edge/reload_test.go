@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
@@ -31,8 +32,8 @@ func startEdgeFileWith(t *testing.T, yaml string, opts Options) (*testEdge, stri
 		t.Fatal(err)
 	}
 	var e *testEdge
-	e = startEdgeWith(t, func(c *Config) {
-		loaded, err := Load(file)
+	e = startEdgeWith(t, func(c *config.Config) {
+		loaded, err := config.Load(file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func TestReloadKeepsUnchangedPolicies(t *testing.T) {
 	// An invalid file is refused with its problems; the old configuration keeps serving.
 	os.WriteFile(file, []byte(reloadBase+"  - {name: broken, key: [ip], quota: -1, window: 1m}\n"), 0o644)
 	err := e.reloadConfig()
-	var ve ValidationError
+	var ve config.ValidationError
 	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "policies[2].quota") {
 		t.Fatalf("invalid reload: %v, want a ValidationError naming policies[2].quota", err)
 	}
@@ -119,7 +120,7 @@ var reloadableFields = []string{
 // of restartFields is refused naming it, and changing one of reloadableFields is not.
 func TestReloadFieldsAccountedFor(t *testing.T) {
 	var paths []string
-	leaves(reflect.TypeFor[Config](), "", &paths)
+	settings(reflect.ValueOf(&config.Config{}), "", func(p string, _ reflect.Value) { paths = append(paths, p) })
 	for _, p := range paths {
 		if in, out := slices.Contains(reloadableFields, p), slices.Contains(restartFields, p); in == out {
 			t.Errorf("%s: in reloadableFields %v, in restartFields %v: want it in exactly one (does a reload apply it?)", p, in, out)
@@ -131,16 +132,21 @@ func TestReloadFieldsAccountedFor(t *testing.T) {
 		}
 	}
 
-	full := func() *Config {
-		c := &Config{}
-		allocate(reflect.ValueOf(c).Elem())
-		c.AltSvc = new(string) // allocate leaves pointers to values nil
+	full := func() *config.Config {
+		c := &config.Config{}
+		settings(reflect.ValueOf(c), "", func(string, reflect.Value) {})
+		c.AltSvc = new(string) // settings leaves pointers to values nil
 		c.ApplyDefaults()
 		return c
 	}
 	for _, p := range paths {
 		old, cfg := full(), full()
-		v := valueAt(reflect.ValueOf(cfg), strings.ReplaceAll(p, "[]", "[0]"))
+		var v reflect.Value
+		settings(reflect.ValueOf(cfg), "", func(q string, at reflect.Value) {
+			if q == p {
+				v = at
+			}
+		})
 		if !v.IsValid() {
 			t.Fatalf("%s: no value to change: give it one in full", p)
 		}
@@ -152,6 +158,46 @@ func TestReloadFieldsAccountedFor(t *testing.T) {
 		case !slices.Contains(restartFields, p) && err != nil:
 			t.Errorf("changing %s: restartOnly = %v, want nil", p, err)
 		}
+	}
+}
+
+// settings calls fn with the YAML path of every setting below v ("[]" standing for a
+// list index) and its value, pointers followed (the zero Value for a nil pointer to a
+// value). On the way it sets every nil pointer to a struct and gives every empty list
+// of structs one element, so that every setting has a place.
+func settings(v reflect.Value, path string, fn func(path string, v reflect.Value)) {
+	switch {
+	case v.Kind() == reflect.Pointer && v.Type().Elem().Kind() == reflect.Struct:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		settings(v.Elem(), path, fn)
+	case v.Kind() == reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || name == "" || name == "-" {
+				continue
+			}
+			if path != "" {
+				name = path + "." + name
+			}
+			settings(v.Field(i), name, fn)
+		}
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		if v.Len() == 0 {
+			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		}
+		settings(v.Index(0), path+"[]", fn)
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			v = reflect.Value{}
+		} else {
+			v = v.Elem()
+		}
+		fn(path, v)
+	default:
+		fn(path, v)
 	}
 }
 
@@ -356,14 +402,14 @@ func TestReloadOverlapping(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	calls := 0
-	e := startEdgeWith(t, nil, Options{Load: func() (*Config, error) {
+	e := startEdgeWith(t, nil, Options{Load: func() (*config.Config, error) {
 		mu.Lock()
 		calls++
 		n := calls
 		mu.Unlock()
-		cfg := Default()
+		cfg := config.Default()
 		cfg.Listen, cfg.IP, cfg.Admin.Listen = "127.0.0.1:0", roomyIP, "127.0.0.1:0"
-		cfg.Policies = []Policy{{Name: fmt.Sprintf("load%d", n), Quota: 10, Window: time.Minute}}
+		cfg.Policies = []config.Policy{{Name: fmt.Sprintf("load%d", n), Quota: 10, Window: time.Minute}}
 		cfg.ApplyDefaults()
 		if n == 1 {
 			close(entered)

@@ -1,6 +1,6 @@
-// Package edge is the h3edge server: configuration, listeners for HTTP/3, HTTP/2 and
-// HTTP/1.1 on one port, the middleware chain that protects the origin, the proxy to it,
-// and graceful shutdown. Only cmd/h3edge imports it.
+// Package edge is the h3edge server, run from a config.Config: listeners for HTTP/3,
+// HTTP/2 and HTTP/1.1 on one port, the middleware chain that protects the origin, the
+// proxy to it, and graceful shutdown. Only cmd/h3edge imports it.
 package edge
 
 import (
@@ -22,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
@@ -56,7 +57,7 @@ type Server struct {
 	baseLog *slog.Logger
 
 	// What a configuration reload replaces, each swapped atomically.
-	cfg    atomic.Pointer[Config]
+	cfg    atomic.Pointer[config.Config]
 	certs  atomic.Pointer[certs.Store]
 	origin atomic.Pointer[http.Handler]
 
@@ -134,7 +135,7 @@ type Options struct {
 	// Load produces the configuration again for a reload (the file with the command
 	// line's overrides, defaults applied, validated). If nil, the file the current
 	// configuration came from is loaded as is.
-	Load func() (*Config, error)
+	Load func() (*config.Config, error)
 	// SetLogFormat switches Logger's output to format ("text" or "json") when a reload
 	// changes log_format; it is called once the new configuration is in force. If nil,
 	// a reload that changes log_format is refused.
@@ -154,7 +155,7 @@ func (s *Server) headerTimeout() time.Duration {
 
 // New builds a server from a validated configuration. It loads the certificates but opens
 // no socket.
-func New(cfg *Config, opts Options) (*Server, error) {
+func New(cfg *config.Config, opts Options) (*Server, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -207,13 +208,13 @@ func New(cfg *Config, opts Options) (*Server, error) {
 func (s *Server) banned(addr netip.Addr) bool { return s.box.Banned(addr) }
 
 // config returns the configuration in force.
-func (s *Server) config() *Config { return s.cfg.Load() }
+func (s *Server) config() *config.Config { return s.cfg.Load() }
 
 // Config returns the configuration in force: the one New was given, or the last one a
 // reload applied. It must not be modified.
-func (s *Server) Config() *Config { return s.config() }
+func (s *Server) Config() *config.Config { return s.config() }
 
-func (s *Server) newCerts(cfg *Config) (*certs.Store, error) {
+func (s *Server) newCerts(cfg *config.Config) (*certs.Store, error) {
 	pairs := make([]certs.Pair, len(cfg.TLS.Certificates))
 	for i, p := range cfg.TLS.Certificates {
 		pairs[i] = certs.Pair{Cert: p.Cert, Key: p.Key}

@@ -13,12 +13,13 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
 // newGuard builds the per-source transport budgets of the ip: section.
-func newGuard(c IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error) {
+func newGuard(c config.IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error) {
 	gc := guardConfig(c)
 	gc.Banned = banned
 	return quicconn.New(gc)
@@ -26,13 +27,13 @@ func newGuard(c IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error)
 
 // newPenaltyBox builds the penalty box of the abuse: section; onBan runs for every new
 // ban made on this edge.
-func newPenaltyBox(cfg *Config, onBan func(penalty.Ban)) (*penalty.Box, error) {
+func newPenaltyBox(cfg *config.Config, onBan func(penalty.Ban)) (*penalty.Box, error) {
 	return penalty.New(penaltyConfig(cfg, onBan))
 }
 
 // penaltyConfig translates the abuse: section, with the prefix lengths and the bound of
 // ip:.
-func penaltyConfig(cfg *Config, onBan func(penalty.Ban)) penalty.Config {
+func penaltyConfig(cfg *config.Config, onBan func(penalty.Ban)) penalty.Config {
 	return penalty.Config{
 		Rejections: cfg.Abuse.Rejections,
 		Within:     cfg.Abuse.Within,
@@ -103,7 +104,7 @@ func (s *Server) reject(r *http.Request, now time.Time) {
 }
 
 // guardConfig translates the ip: section.
-func guardConfig(c IPConfig) quicconn.Config {
+func guardConfig(c config.IPConfig) quicconn.Config {
 	return quicconn.Config{
 		ConnRate:       c.Connections.Rate,
 		ConnBurst:      c.Connections.Burst,

@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
@@ -88,8 +89,8 @@ func mustUDPAddr(s string) *net.UDPAddr {
 }
 
 func TestConnectionBudget(t *testing.T) {
-	e := startEdge(t, func(c *Config) {
-		c.IP.Connections = Rate{Rate: 0.001, Burst: 3} // three, then practically none
+	e := startEdge(t, func(c *config.Config) {
+		c.IP.Connections = config.Rate{Rate: 0.001, Burst: 3} // three, then practically none
 	})
 	for _, proto := range []string{"h3", "h2"} {
 		t.Run(proto, func(t *testing.T) {
@@ -127,9 +128,9 @@ func TestConnectionBudget(t *testing.T) {
 }
 
 func TestStreamBudget(t *testing.T) {
-	e := startEdge(t, func(c *Config) {
-		c.IP.Streams = Rate{Rate: 0.001, Burst: 5}
-		c.Policies = []Policy{{Name: "p", Key: []string{"ip"}, Quota: 1000, Window: time.Minute}}
+	e := startEdge(t, func(c *config.Config) {
+		c.IP.Streams = config.Rate{Rate: 0.001, Burst: 5}
+		c.Policies = []config.Policy{{Name: "p", Key: []string{"ip"}, Quota: 1000, Window: time.Minute}}
 	})
 	pol := func() uint64 { st := e.rules.Load().policies[0].lim.Stats(); return st.Allowed + st.Denied }
 	for i, proto := range []string{"h3", "h2"} {
@@ -183,9 +184,9 @@ func TestStreamBudget(t *testing.T) {
 }
 
 func TestPenaltyBoxEndToEnd(t *testing.T) {
-	e := startEdge(t, func(c *Config) {
-		c.Abuse = AbuseConfig{Rejections: 5, Within: 10 * time.Second, Ban: 500 * time.Millisecond, MaxBan: 4 * time.Second}
-		c.Policies = []Policy{{Name: "per-ip", Key: []string{"ip"}, Quota: 2, Window: time.Second}}
+	e := startEdge(t, func(c *config.Config) {
+		c.Abuse = config.AbuseConfig{Rejections: 5, Within: 10 * time.Second, Ban: 500 * time.Millisecond, MaxBan: 4 * time.Second}
+		c.Policies = []config.Policy{{Name: "per-ip", Key: []string{"ip"}, Quota: 2, Window: time.Second}}
 	})
 	addr := e.Addr().String()
 	attacker := netip.MustParseAddr("127.0.0.20")
@@ -274,7 +275,7 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 // ip.retry_above handshakes per second new sources must validate their address (Retry),
 // and a legitimate client is still served.
 func TestRetryUnderSurge(t *testing.T) {
-	e := startEdge(t, func(c *Config) { c.IP.RetryAbove = 50 })
+	e := startEdge(t, func(c *config.Config) { c.IP.RetryAbove = 50 })
 	addr := mustUDPAddr(e.Addr().String())
 	tlsConf := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}
 	var wg sync.WaitGroup

@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/h3edge/h3edge/edge"
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 func main() {
@@ -107,7 +108,7 @@ type overrides struct {
 	listen, upstream, redis, admin, logFormat string
 }
 
-func (o *overrides) apply(c *edge.Config) {
+func (o *overrides) apply(c *config.Config) {
 	if o.listen != "" {
 		c.Listen = o.listen
 	}
@@ -116,7 +117,7 @@ func (o *overrides) apply(c *edge.Config) {
 	}
 	if o.redis != "" {
 		if c.Redis == nil {
-			c.Redis = &edge.RedisConfig{}
+			c.Redis = &config.RedisConfig{}
 		}
 		c.Redis.URL, c.Redis.Cluster, c.Redis.Sentinel = o.redis, nil, nil
 	}
@@ -130,13 +131,13 @@ func (o *overrides) apply(c *edge.Config) {
 
 // loadConfig reads file (or the built-in defaults), applies the flags, resolves defaults
 // and validates.
-func loadConfig(file string, o *overrides) (*edge.Config, error) {
-	cfg := edge.Default()
+func loadConfig(file string, o *overrides) (*config.Config, error) {
+	cfg := config.Default()
 	if file != "" {
 		var err error
 		// After decode problems Load returns the partial configuration too, and
 		// Validate reports them with every other problem.
-		if cfg, err = edge.Load(file); cfg == nil {
+		if cfg, err = config.Load(file); cfg == nil {
 			return nil, err
 		}
 	}
@@ -179,7 +180,7 @@ func serve(args []string, stderr io.Writer) int {
 
 	srv, err := edge.New(cfg, edge.Options{
 		Logger:       log,
-		Load:         func() (*edge.Config, error) { return loadConfig(*file, &o) },
+		Load:         func() (*config.Config, error) { return loadConfig(*file, &o) },
 		SetLogFormat: func(format string) { handler.swap(newLogHandler(format, stderr)) },
 	})
 	if err != nil {

@@ -343,7 +343,7 @@ func newUpstream(t testing.TB) (string, *atomic.Int64) {
 }
 
 func TestValidateCommand(t *testing.T) {
-	file := filepath.Join("..", "..", "edge", "testdata", "config", "four-mistakes.yaml")
+	file := filepath.Join("..", "..", "edge", "config", "testdata", "config", "four-mistakes.yaml")
 	cmd := exec.Command(binary, "validate", "-config", file)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

@@ -1,4 +1,4 @@
-package edge
+package config
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func TestConfigGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(golden)
 			if err != nil {
-				t.Fatalf("%v (run go test ./edge -run TestConfigGolden -update)", err)
+				t.Fatalf("%v (run go test ./edge/config -run TestConfigGolden -update)", err)
 			}
 			if got != string(want) {
 				t.Errorf("%s differs from %s (rewrite with -update if intended):\n%s", file, golden, lineDiff(string(want), got))
@@ -65,7 +65,7 @@ func effective(t *testing.T, file string) string {
 	}
 	c.ApplyDefaults()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# %s after Parse and ApplyDefaults; go test ./edge -run TestConfigGolden -update\n", name)
+	fmt.Fprintf(&b, "# %s after Parse and ApplyDefaults; go test ./edge/config -run TestConfigGolden -update\n", name)
 	b.WriteString("# rewrites this file.\n")
 	if err := c.report(c.problems()); err != nil {
 		b.WriteString("# problems (not-yet-supported keys aside):\n")

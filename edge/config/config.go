@@ -1,4 +1,7 @@
-package edge
+// Package config is h3edge's configuration: the YAML file of DESIGN.md §4 decoded
+// strictly into Config (every problem placed at its file, line and field), its defaults
+// resolved in one place, its validation, and the keys file it names.
+package config
 
 import (
 	"net/netip"

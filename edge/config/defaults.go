@@ -1,4 +1,4 @@
-package edge
+package config
 
 import (
 	"cmp"
@@ -90,7 +90,7 @@ func (c *Config) ApplyDefaults() {
 	// Validate reports the entries that do not parse.
 	c.trusted = nil // a fresh slice: an earlier one may still be in use
 	for _, s := range c.TrustedProxies {
-		if p, ok := parsePrefix(s); ok {
+		if p, ok := ParsePrefix(s); ok {
 			c.trusted = append(c.trusted, p)
 		}
 	}
@@ -109,8 +109,9 @@ func (r *Rate) defaults(rate float64) {
 	}
 }
 
-// parsePrefix reads a CIDR prefix or a single address (as its /32 or /128), masked.
-func parsePrefix(s string) (netip.Prefix, bool) {
+// ParsePrefix reads a CIDR prefix or a single address (as its /32 or /128), masked, as
+// trusted_proxies takes them; false if s is neither (or an address with a zone).
+func ParsePrefix(s string) (netip.Prefix, bool) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		return p.Masked(), err == nil

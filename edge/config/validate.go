@@ -1,12 +1,14 @@
-package edge
+package config
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -202,7 +204,12 @@ func (c *Config) ValidateFiles() error {
 	if c.Keys == nil || c.Keys.File == "" {
 		return nil
 	}
-	_, err := loadPlans(c.Keys.File, hasher{})
+	f, err := os.Open(c.Keys.File)
+	if err != nil {
+		return fmt.Errorf("keys.file: %w", err)
+	}
+	defer f.Close()
+	_, err = ReadKeys(f, c.Keys.File, func(key string) [sha256.Size]byte { return sha256.Sum256([]byte(key)) })
 	return err
 }
 
@@ -249,7 +256,7 @@ func (c *Config) locate(e FieldError) FieldError {
 	if c.parsed == nil || e.Path == "" {
 		return e
 	}
-	if !same(valueAt(reflect.ValueOf(c), e.Path), valueAt(reflect.ValueOf(c.parsed), e.Path)) {
+	if !Same(c, c.parsed, e.Path) {
 		return e
 	}
 	for p := e.Path; p != ""; p = parentPath(p) {
@@ -259,6 +266,13 @@ func (c *Config) locate(e FieldError) FieldError {
 		}
 	}
 	return e
+}
+
+// Same reports whether a and b hold equal values at path, a setting's YAML path such as
+// "redis.url" or "policies[0].quota", NaN equal to NaN; where neither has the path (a
+// nil pointer on the way, an index out of range) they are the same.
+func Same(a, b *Config, path string) bool {
+	return same(valueAt(reflect.ValueOf(a), path), valueAt(reflect.ValueOf(b), path))
 }
 
 // same reports whether a and b hold equal values, NaN equal to NaN.
@@ -419,7 +433,7 @@ func (c *Config) problems() checker {
 		k.url("upstream", c.Upstream, upstreamSchemes, "http://127.0.0.1:9000")
 	}
 	for i, s := range c.TrustedProxies {
-		if _, ok := parsePrefix(s); !ok {
+		if _, ok := ParsePrefix(s); !ok {
 			k.add(fmt.Sprintf("trusted_proxies[%d]", i), "must be a CIDR prefix such as 10.0.0.0/8, or an IP address (got %q)", s)
 		}
 	}

@@ -1,9 +1,10 @@
-package edge_test
+package config_test
 
 import (
 	"fmt"
+	"strings"
 
-	"github.com/h3edge/h3edge/edge"
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // Parse reports every problem of a file at once, each at its place.
@@ -13,7 +14,7 @@ upstream: 127.0.0.1:9000
 shutdown_timout: 5s
 log_format: yaml
 `)
-	c, err := edge.Parse("h3edge.yaml", file)
+	c, err := config.Parse("h3edge.yaml", file)
 	if c == nil {
 		fmt.Println(err) // not YAML at all
 		return
@@ -28,7 +29,7 @@ log_format: yaml
 
 // The order cmd/h3edge follows: load, let flags override, resolve defaults, validate.
 func ExampleConfig_Validate() {
-	c, err := edge.Parse("h3edge.yaml", []byte("listen: \":8443\"\n"))
+	c, err := config.Parse("h3edge.yaml", []byte("listen: \":8443\"\n"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -45,16 +46,29 @@ func ExampleConfig_Validate() {
 }
 
 func ExampleDefault() {
-	c := edge.Default()
+	c := config.Default()
 	fmt.Println(c.Listen, c.Admin.Listen, c.IP.Streams, c.LogFormat, c.AltSvcValue())
 	// Output:
 	// :8443 127.0.0.1:9090 {200 400} text h3=":8443"; ma=86400
 }
 
 func ExampleConfig_TrustedProxyPrefixes() {
-	c := &edge.Config{TrustedProxies: []string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"}}
+	c := &config.Config{TrustedProxies: []string{"10.0.0.0/8", "192.0.2.7", "2001:db8::/32"}}
 	c.ApplyDefaults()
 	fmt.Println(c.TrustedProxyPrefixes())
 	// Output:
 	// [10.0.0.0/8 192.0.2.7/32 2001:db8::/32]
+}
+
+// ReadKeys keeps each key as hash gives it: the edge hashes them as it does client keys,
+// this example keeps them as they are.
+func ExampleReadKeys() {
+	asIs := func(key string) string { return key }
+	keys, err := config.ReadKeys(strings.NewReader("alpha: gold\nbeta: free\n"), "keys.yaml", asIs)
+	fmt.Println(keys, err)
+	_, err = config.ReadKeys(strings.NewReader("alpha: gold\nalpha: free\n"), "keys.yaml", asIs)
+	fmt.Println(err)
+	// Output:
+	// map[alpha:gold beta:free] <nil>
+	// keys.yaml:2:1: repeated key; it is already set on line 1
 }
