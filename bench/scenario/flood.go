@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,22 +234,10 @@ func tcpOutcome(err error) string {
 		return "reset"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
-	case isTimeout(err):
+	case bench.Classify(err) == bench.ErrTimeout:
 		return "timeout"
 	}
 	return "other"
-}
-
-// isTimeout reports whether err is a deadline or a network timeout (as bench.Classify
-// tells ErrTimeout).
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return true
-	}
-	return false
 }
 
 func (f *tcpFlood) close() {}
