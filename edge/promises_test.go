@@ -216,10 +216,20 @@ func TestHeaderTimeoutH2(t *testing.T) {
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndStream: true}); err != nil {
 		t.Fatal(err)
 	}
+	// The framer is not safe for concurrent use, but only trickle's goroutine writes.
+	trickle(t, 2*time.Second, func(i int) error {
+		return fr.WriteContinuation(1, false, field(fmt.Sprintf("x-slow-%d", i), "v"))
+	})
+	h2ClosedIn(t, conn, fr, start, readHeaderTimeout)
+}
+
+// trickle calls send(0), send(1), … every period on its own goroutine until send fails
+// or the test ends.
+func trickle(t testing.TB, period time.Duration, send func(i int) error) {
 	stop := make(chan struct{})
-	defer close(stop)
+	t.Cleanup(func() { close(stop) })
 	go func() {
-		tick := time.NewTicker(2 * time.Second)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for i := 0; ; i++ {
 			select {
@@ -227,13 +237,11 @@ func TestHeaderTimeoutH2(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			// The framer is not safe for concurrent use, but only this goroutine writes.
-			if fr.WriteContinuation(1, false, field(fmt.Sprintf("x-slow-%d", i), "v")) != nil {
+			if send(i) != nil {
 				return
 			}
 		}
 	}()
-	h2ClosedIn(t, conn, fr, start, readHeaderTimeout)
 }
 
 // h2ClosedIn reads frames from conn until the edge closes it, and reports whether that
@@ -267,22 +275,10 @@ func TestHeaderTimeoutH1(t *testing.T) {
 	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		tick := time.NewTicker(300 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if _, err := fmt.Fprintf(conn, "X-Slow-%d: v\r\n", i); err != nil {
-				return
-			}
-		}
-	}()
+	trickle(t, 300*time.Millisecond, func(i int) error {
+		_, err := fmt.Fprintf(conn, "X-Slow-%d: v\r\n", i)
+		return err
+	})
 	conn.SetReadDeadline(time.Now().Add(d + 5*time.Second))
 	_, err = io.Copy(io.Discard, conn)
 	var ne net.Error
