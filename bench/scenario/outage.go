@@ -52,37 +52,36 @@ const (
 	faultCont                       // SIGCONT
 )
 
-// outageStage is one row of the schedule: a phase of the run, how long it lasts, and
-// the fault that ends it. The phase ends when the fault has taken effect (for the
-// restart: when the new server is ready), so measured phases are a little shorter or
-// longer than scheduled.
+// outageStage is one row of the schedule: a phase of the run, how long it lasts in
+// full and in short mode, and the fault that ends it. The phase ends when the fault
+// has taken effect (for the restart: when the new server is ready), so measured
+// phases are a little shorter or longer than scheduled.
 type outageStage struct {
-	phase  string // the phase's name in the table and the JSON
-	label  string // its name in the short-mode note
-	length time.Duration
-	end    outageFault
+	phase       string // the phase's name in the table and the JSON
+	label       string // its name in the short-mode note
+	full, short time.Duration
+	end         outageFault
 }
 
-// The schedules, full and short. The outages last no whole number of the breaker's
+// length is how long the stage lasts in the mode.
+func (st outageStage) length(short bool) time.Duration {
+	if short {
+		return st.short
+	}
+	return st.full
+}
+
+// outageSchedule is the schedule. The outages last no whole number of the breaker's
 // 250 ms probe period, so that a probe does not land on the restart by construction.
 // The edges announce themselves every second; the kill comes after both have seen a
 // fleet of two.
-var (
-	outageFull = []outageStage{
-		{"before", "before", 4 * time.Second, faultKill},
-		{"SIGKILL", "killed", 5130 * time.Millisecond, faultRestart},
-		{"restarted", "restarted", 6 * time.Second, faultStop},
-		{"SIGSTOP", "stopped", 5130 * time.Millisecond, faultCont},
-		{"continued", "continued", 6 * time.Second, faultNone},
-	}
-	outageShort = []outageStage{
-		{"before", "before", 1300 * time.Millisecond, faultKill},
-		{"SIGKILL", "killed", 1630 * time.Millisecond, faultRestart},
-		{"restarted", "restarted", 2200 * time.Millisecond, faultStop},
-		{"SIGSTOP", "stopped", 1130 * time.Millisecond, faultCont},
-		{"continued", "continued", 2200 * time.Millisecond, faultNone},
-	}
-)
+var outageSchedule = []outageStage{
+	{"before", "before", 4 * time.Second, 1300 * time.Millisecond, faultKill},
+	{"SIGKILL", "killed", 5130 * time.Millisecond, 1630 * time.Millisecond, faultRestart},
+	{"restarted", "restarted", 6 * time.Second, 2200 * time.Millisecond, faultStop},
+	{"SIGSTOP", "stopped", 5130 * time.Millisecond, 1130 * time.Millisecond, faultCont},
+	{"continued", "continued", 6 * time.Second, 2200 * time.Millisecond, faultNone},
+}
 
 // The stages' indices, for the steps that pick a phase by its role.
 const (
@@ -96,11 +95,11 @@ const (
 // outageOutages are the stages during which Redis does not answer.
 var outageOutages = []int{stageKilled, stageStopped}
 
-// scheduleLength is the run's scheduled length.
-func scheduleLength(sched []outageStage) time.Duration {
+// scheduleLength is the run's scheduled length in the mode.
+func scheduleLength(short bool) time.Duration {
 	var total time.Duration
-	for _, st := range sched {
-		total += st.length
+	for _, st := range outageSchedule {
+		total += st.length(short)
 	}
 	return total
 }
@@ -109,9 +108,9 @@ func scheduleLength(sched []outageStage) time.Duration {
 func shortScheduleNote() string {
 	secs := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
 	var short, full []string
-	for i, st := range outageShort {
-		short = append(short, secs(st.length)+" s "+st.label)
-		full = append(full, secs(outageFull[i].length))
+	for _, st := range outageSchedule {
+		short = append(short, secs(st.short)+" s "+st.label)
+		full = append(full, secs(st.full))
 	}
 	return "short mode: shorter phases (" + strings.Join(short, ", ") + " instead of " + strings.Join(full, ", ") + " s)"
 }
@@ -170,16 +169,12 @@ type outageFigures struct {
 	Bins map[string][]float64 `json:"per_100ms"`
 }
 
-// runOutage is the scenario: its schedule, then the steps.
+// runOutage is the scenario: its schedule (outageSchedule), then the steps.
 func runOutage(ctx context.Context, e *env) (*Report, error) {
-	sched := outageFull
-	if e.opt.Short {
-		sched = outageShort
-	}
-	m, err := measureOutage(ctx, e, sched)
+	m, err := measureOutage(ctx, e, e.opt.Short)
 	if err != nil {
 		return nil, err
 	}
 	a := analyseOutage(m)
-	return outageReport(m, a, e.opt.Short), nil
+	return outageReport(m, a), nil
 }

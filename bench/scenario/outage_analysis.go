@@ -54,7 +54,7 @@ func (a *outageAnalysis) check(timing, ok bool, what, got string, args ...any) {
 // exact limiting afterwards, and nothing else going wrong.
 func analyseOutage(r *outageRun) *outageAnalysis {
 	a := &outageAnalysis{}
-	for i, st := range r.sched {
+	for i, st := range outageSchedule {
 		ph := outagePhase{Phase: st.phase, From: r.at(r.from(i)), To: r.at(r.to(i))}
 		for mi, m := range outageModes {
 			ph.Modes = append(ph.Modes, outageStats(r.recs, mi, m, r.from(i), r.to(i)))
@@ -87,7 +87,7 @@ func (a *outageAnalysis) checkLatency() {
 // checkOutage checks what each mode did during outage stage oi, per edge: open
 // within its backstop, local within quota ÷ fleet, closed 503 with the problem.
 func (a *outageAnalysis) checkOutage(r *outageRun, oi int) {
-	name, from, to := r.sched[oi].phase, r.from(oi), r.to(oi)
+	name, from, to := outageSchedule[oi].phase, r.from(oi), r.to(oi)
 	q := float64(outageQuota)
 	secs := to.Sub(from).Seconds() / outageWindow.Seconds()
 	for ei := range outageEdges {
@@ -138,7 +138,7 @@ func (a *outageAnalysis) checkRecovery(r *outageRun) {
 	q := float64(outageQuota)
 	ci := slices.Index(outageModes, "closed")
 	for _, oi := range outageOutages {
-		name, back, next := r.sched[oi].phase, r.to(oi), r.to(oi+1)
+		name, back, next := outageSchedule[oi].phase, r.to(oi), r.to(oi+1)
 		var at time.Time
 		ok := true
 		for ei := range outageEdges {

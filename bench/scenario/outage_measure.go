@@ -13,7 +13,7 @@ import (
 // outageRun is what measureOutage saw: every request of the load, when each stage of
 // the schedule ended, and what the edges logged.
 type outageRun struct {
-	sched      []outageStage
+	short      bool
 	sources    int
 	start, end time.Time
 	// ends[i] is when stage i ended: when its fault took effect (the restarted server
@@ -42,9 +42,9 @@ func (r *outageRun) to(i int) time.Time { return r.ends[i] }
 func (r *outageRun) at(t time.Time) float64 { return t.Sub(r.start).Seconds() }
 
 // measureOutage starts one redis-server and the edges, runs the open-loop load over
-// the whole schedule while the faults happen to Redis on time, and collects the
-// records and the edges' logs.
-func measureOutage(ctx context.Context, e *env, sched []outageStage) (*outageRun, error) {
+// the whole schedule (short or full) while the faults happen to Redis on time, and
+// collects the records and the edges' logs.
+func measureOutage(ctx context.Context, e *env, short bool) (*outageRun, error) {
 	sources, err := bench.ParseSources(outageSources)
 	if err != nil {
 		return nil, err
@@ -80,8 +80,8 @@ func measureOutage(ctx context.Context, e *env, sched []outageStage) (*outageRun
 	}
 	defer load.close()
 
-	r := &outageRun{sched: sched, sources: len(sources), start: time.Now().Add(200 * time.Millisecond)}
-	r.end = r.start.Add(scheduleLength(sched))
+	r := &outageRun{short: short, sources: len(sources), start: time.Now().Add(200 * time.Millisecond)}
+	r.end = r.start.Add(scheduleLength(short))
 	var loadErr error
 	done := make(chan struct{})
 	go func() {
@@ -108,7 +108,7 @@ func measureOutage(ctx context.Context, e *env, sched []outageStage) (*outageRun
 	return r, nil
 }
 
-// applyFaults walks r's schedule: at the scheduled end of each stage it applies the
+// applyFaults walks the schedule: at the scheduled end of each stage it applies the
 // stage's fault to node and records in r when it took effect. A node left stopped
 // (the context ended during SIGSTOP) is continued before it returns.
 func (e *env) applyFaults(ctx context.Context, node *redisNode, r *outageRun) error {
@@ -119,8 +119,8 @@ func (e *env) applyFaults(ctx context.Context, node *redisNode, r *outageRun) er
 		}
 	}()
 	at := r.start
-	for _, st := range r.sched {
-		at = at.Add(st.length)
+	for _, st := range outageSchedule {
+		at = at.Add(st.length(r.short))
 		if st.end == faultNone {
 			r.ends = append(r.ends, at)
 			break

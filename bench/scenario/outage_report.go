@@ -13,7 +13,7 @@ import (
 
 // outageReport writes the report of an analysed run: verdict, table, notes, chart and
 // figures.
-func outageReport(r *outageRun, a *outageAnalysis, short bool) *Report {
+func outageReport(r *outageRun, a *outageAnalysis) *Report {
 	rep := &Report{}
 	var fails []string
 	rep.Holds, fails = a.holds()
@@ -47,7 +47,7 @@ func outageReport(r *outageRun, a *outageAnalysis, short bool) *Report {
 	if a.stray503 > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d closed-mode 503s outside the outages (a decision over its %v budget)", a.stray503, outageTimeout))
 	}
-	if short {
+	if r.short {
 		rep.Notes = append(rep.Notes, shortScheduleNote())
 	}
 	rep.Chart = outageChart(r)
