@@ -55,17 +55,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// perfClaims reports whether the tests assert the scenarios' timing claims — a
-// throughput floor, a p99 bound, a CPU-cost ratio, the short mode's time budget —
-// which hold only on a machine the tests have to themselves: with H3EDGE_PERF=1.
-// Without it those verdicts are logged, and the tests assert what a loaded 2-core
-// machine always meets: what was decided, counted and answered.
-func perfClaims() bool { return os.Getenv("H3EDGE_PERF") == "1" }
-
-// timedClaims are the scenarios whose claim is a timing claim: their verdict is
-// asserted only with H3EDGE_PERF=1, their functional part by their tests in every run.
-var timedClaims = map[string]bool{"baseline": true, "noisy-neighbour": true, "outage": true, "drop-cost": true}
-
 // inCI reports whether missing tools must fail the tests instead of skipping them.
 func inCI() bool { return os.Getenv("CI") == "true" }
 
@@ -132,6 +121,17 @@ func (l tlog) Write(b []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
 }
+
+// perfClaims reports whether the tests assert the scenarios' timing claims — a
+// throughput floor, a p99 bound, a CPU-cost ratio, the short mode's time budget —
+// which hold only on a machine the tests have to themselves: with H3EDGE_PERF=1.
+// Without it those verdicts are logged, and the tests assert what a loaded 2-core
+// machine always meets: what was decided, counted and answered.
+func perfClaims() bool { return os.Getenv("H3EDGE_PERF") == "1" }
+
+// timedClaims are the scenarios whose claim is a timing claim: their verdict is
+// asserted only with H3EDGE_PERF=1, their functional part by their tests in every run.
+var timedClaims = map[string]bool{"baseline": true, "noisy-neighbour": true, "outage": true, "drop-cost": true}
 
 func TestScenarios(t *testing.T) {
 	for _, tc := range []struct {
