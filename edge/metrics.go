@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -106,20 +107,17 @@ var (
 )
 
 // metrics is the edge's instrumentation: the counters of DESIGN.md §7, a collector
-// reading the limiter, the transport guard and the store at scrape time, and the
-// heavy-hitter sketches behind /api/v1/top. Make it with newMetrics. It is safe for
-// concurrent use. What runs per request or per connection allocates nothing; the hooks
+// reading the limiter, the transport guard, the store and the penalty box at scrape
+// time, and the heavy-hitter sketches behind /api/v1/top. Make it with newMetrics. It
+// is safe for concurrent use. What runs per request or per connection allocates nothing; the hooks
 // other code calls (observeKey, connContext, refusedStream, observeStore, storeFailed)
 // are nil-safe, so a Server built without metrics still runs.
 type metrics struct {
 	s   *Server
-	top *heavyHitters
-	// bans is the penalty box (boxBans, set by New), read at scrape time for
-	// bans_active and bans_total; nil reads as 0.
-	bans banList
+	top *admin.Top
 	// breaker reports whether the shared store's circuit breaker is open (decisions
 	// follow on_store_failure without asking Redis), for store_breaker_open, /readyz
-	// and the dashboard. Nil without Redis. Set both before serving.
+	// and the dashboard. Nil without Redis. Set it before serving.
 	breaker func() bool
 
 	requests   [numProtos][numCodes]atomic.Uint64
@@ -167,7 +165,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m := &metrics{
 		s:          s,
 		epoch:      time.Now(),
-		top:        newHeavyHitters(),
+		top:        admin.NewTop(),
 		otherCodes: map[[2]int]uint64{},
 		carried:    map[policyID]*carriedStats{},
 		failed:     map[string]*[2]uint64{},
@@ -243,9 +241,9 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		rec := statusRecorderPool.Get().(*statusRecorder)
 		rec.ResponseWriter, rec.code, rec.now, rec.refused = w, 0, now, false
 		defer m.record(rec, protoIndex(r.ProtoMajor), start)
-		if m.top.sources.sampled() {
+		if m.top.SourceSampled() {
 			rs := m.s.rules.Load()
-			m.top.sources.observe(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6))
+			m.top.ObserveSource(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6))
 		}
 		next.ServeHTTP(rec, r)
 	})
@@ -392,8 +390,8 @@ func (r *statusRecorder) HTTPStream() (*http3.Stream, error) {
 // observeKey feeds the client-key heavy-hitter sketch; call it once per request that
 // matched a policy, with the key of its first policy.
 func (m *metrics) observeKey(k limiter.Key) {
-	if m != nil && m.top.keys.sampled() {
-		m.top.keys.observe(k)
+	if m != nil {
+		m.top.ObserveKey(k)
 	}
 }
 
@@ -451,25 +449,6 @@ func (m *metrics) storeFailed(policy string, open bool) {
 	}
 	m.mu.Unlock()
 }
-
-// run ages the heavy-hitter sketches until done is closed: every topHalfLife the
-// counts halve, so /api/v1/top shows who is heavy now rather than since start.
-func (m *metrics) run(done <-chan struct{}) {
-	t := time.NewTicker(topHalfLife)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			m.top.keys.decay()
-			m.top.sources.decay()
-		case <-done:
-			return
-		}
-	}
-}
-
-// topHalfLife is how fast old traffic fades from the heavy-hitter counts.
-const topHalfLife = 30 * time.Second
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
@@ -552,18 +531,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.inflight, float64(m.s.inflight.Load()), "")
 }
 
-// decisionRow is one policy's decisions, as ratelimit_decisions_total and
-// /api/v1/stats report them.
+// decisionRow is one policy's decisions, as ratelimit_decisions_total reports them.
 type decisionRow struct {
-	Policy       string `json:"policy"`
-	Shadow       bool   `json:"shadow"`
-	Allowed      uint64 `json:"allowed"`
-	Denied       uint64 `json:"denied"` // shadow_denied for a shadow policy
-	Vetoed       uint64 `json:"vetoed"`
-	FailedOpen   uint64 `json:"failed_open"`
-	FailedClosed uint64 `json:"failed_closed"`
-	// Held is the units held now, for concurrency policies that report it.
-	Held *int64 `json:"held,omitempty"`
+	Policy       string
+	Shadow       bool
+	Allowed      uint64
+	Denied       uint64 // shadow_denied for a shadow policy
+	Vetoed       uint64
+	FailedOpen   uint64
+	FailedClosed uint64
+	// Held is the units held now, for concurrency policies.
+	Held *int64
 }
 
 // decisions reads the counters of the current policies, carrying the counts of
@@ -655,14 +633,11 @@ func (m *metrics) breakerOpen() bool {
 	return m.breaker != nil && m.breaker()
 }
 
-// banCounts reads the penalty box: bans in force, and bans imposed since start when
-// the box counts them.
+// banCounts reads the penalty box: bans in force, and bans imposed since start.
 func (m *metrics) banCounts() (active int, total uint64) {
-	if m.bans == nil {
+	if m.s.box == nil {
 		return 0, 0
 	}
-	if c, ok := m.bans.(banCounter); ok {
-		return c.Counts()
-	}
-	return len(m.bans.List(time.Now())), 0
+	st := m.s.box.Stats()
+	return st.Active, st.Total
 }
