@@ -36,7 +36,7 @@ var rules = []rule{
 	}},
 	{pkg: "certs"},
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs",
-		"edge/config", "edge/admin"}, external: []string{
+		"edge/config", "edge/admin", "edge/accesslog"}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
@@ -50,6 +50,7 @@ var rules = []rule{
 		"github.com/prometheus/client_model/go",   // the families Gatherer.Gather returns, read for the dashboard
 		"go.yaml.in/yaml/v3",                      // GET /api/v1/config?format=yaml
 	}},
+	{pkg: "edge/accesslog"}, // std only: the lines and their writer know nothing of the edge
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
