@@ -131,7 +131,7 @@ type metrics struct {
 
 	descs struct {
 		requests, duration, decisions, dropped, refusedCon, refusedStr, storeErrors, breaker,
-		bansActive, bansTotal, inflight, tracked *prometheus.Desc
+		bansActive, bansTotal, inflight, tracked, accessDropped *prometheus.Desc
 	}
 
 	// mu guards the maps below, touched at scrape time and on rare events.
@@ -204,6 +204,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		"Source prefixes with per-source transport state (connection and stream budgets), at most ip.max_tracked.",
 		nil, nil)
 
+	d.accessDropped = prometheus.NewDesc(name("access_log_dropped_total"),
+		"Access log lines dropped rather than hold a request up: the log's buffer was full, or writing to its file failed.",
+		nil, nil)
 	d.duration = prometheus.NewDesc(name("request_duration_seconds"),
 		"Time from a request reaching the edge's handler to its response ending (streamed bodies included), by protocol.",
 		[]string{"proto"}, nil)
@@ -239,7 +242,7 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		now := time.Now()
 		start := now.Sub(m.epoch)
 		rec := statusRecorderPool.Get().(*statusRecorder)
-		rec.ResponseWriter, rec.code, rec.now, rec.refused = w, 0, now, false
+		rec.ResponseWriter, rec.code, rec.bytes, rec.now, rec.refused = w, 0, 0, now, false
 		defer m.record(rec, protoIndex(r.ProtoMajor), start)
 		if m.top.SourceSampled() {
 			rs := m.s.rules.Load()
@@ -321,6 +324,7 @@ func (l *latencyHist) collect(ch chan<- prometheus.Metric, desc *prometheus.Desc
 type statusRecorder struct {
 	http.ResponseWriter
 	code    int
+	bytes   int64     // of the body, for the access log
 	now     time.Time // when the request reached the edge's handler
 	refused bool      // refused by the stream budget: not a request answered
 }
@@ -357,7 +361,9 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.code == 0 {
 		r.code = http.StatusOK
 	}
-	return r.ResponseWriter.Write(b)
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
 }
 
 // Flush sends what is buffered (server-sent events, streamed proxying).
@@ -454,7 +460,7 @@ func (m *metrics) storeFailed(policy string, open bool) {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	d := &m.descs
 	for _, x := range []*prometheus.Desc{d.requests, d.duration, d.decisions, d.dropped, d.refusedCon, d.refusedStr,
-		d.storeErrors, d.breaker, d.bansActive, d.bansTotal, d.inflight, d.tracked} {
+		d.storeErrors, d.breaker, d.bansActive, d.bansTotal, d.inflight, d.tracked, d.accessDropped} {
 		ch <- x
 	}
 }
@@ -529,6 +535,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.bansActive, float64(active))
 	counter(d.bansTotal, total)
 	gauge(d.inflight, float64(m.s.inflight.Load()), "")
+	counter(d.accessDropped, m.s.accessDropped.Load())
 }
 
 // decisionRow is one policy's decisions, as ratelimit_decisions_total reports them.

@@ -89,6 +89,7 @@ func zeroSeries() map[string]float64 {
 		`h3edge_bans_active`:                              0,
 		`h3edge_bans_total`:                               0,
 		`h3edge_inflight{policy=""}`:                      0,
+		`h3edge_access_log_dropped_total`:                 0,
 	}
 	for _, proto := range []string{"h3", "tcp"} {
 		for _, r := range []string{"banned", "rate", "max_connections"} {

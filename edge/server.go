@@ -97,6 +97,10 @@ type Server struct {
 	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
 	upstreamLog *sampler
 	held        heldUnits // concurrency units held now, per policy
+	// access is the access log (nil: none); accessDropped counts its dropped lines
+	// across the logs reloads put in force.
+	access        atomic.Pointer[accessLog]
+	accessDropped atomic.Uint64
 
 	// inflight counts requests being handled, on all protocols.
 	inflight atomic.Int64
@@ -198,6 +202,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.origin.Store(&origin)
+	al, err := s.openAccessLog(cfg.AccessLog)
+	if err != nil {
+		return nil, err
+	}
+	s.access.Store(al)
 	s.handler = s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*s.origin.Load()).ServeHTTP(w, r)
 	}))
@@ -550,6 +559,8 @@ func (s *Server) closeSockets() error {
 	if s.tcpLn != nil {
 		errs = append(errs, ignoreClosed(s.tcpLn.Close()))
 	}
+	// Every request has ended: what the access log holds is written.
+	s.setAccessLog(nil)
 	return errors.Join(errs...)
 }
 
