@@ -2,10 +2,7 @@ package edge
 
 import (
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -13,57 +10,32 @@ import (
 	"github.com/h3edge/h3edge/edge/config"
 )
 
-// accessLog is the access log in force (access_log:): its writer, its output and
-// which requests it samples. A reload replaces it whole.
-type accessLog struct {
-	w      *accesslog.Writer
-	file   *os.File // nil for stdout, which is not closed
-	sample float64
-}
-
 // openAccessLog starts the access log of c (nil: none). Its dropped lines are counted
-// in s.accessDropped, one count across reloads.
-func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accessLog, error) {
+// in s.accessDropped, one count across the logs reloads open.
+func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accesslog.Log, error) {
 	if c == nil {
 		return nil, nil
-	}
-	al := &accessLog{sample: c.Sample}
-	var out io.Writer = os.Stdout
-	if c.Path != "stdout" {
-		f, err := os.OpenFile(c.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-		if err != nil {
-			return nil, fmt.Errorf("edge: access_log.path: %w", err)
-		}
-		al.file, out = f, f
 	}
 	format := accesslog.JSON
 	if c.Format == "common" {
 		format = accesslog.Common
 	}
 	failLog := newSampler(1)
-	al.w = accesslog.NewWriter(out, accesslog.Config{Format: format, Dropped: &s.accessDropped,
+	l, err := accesslog.Open(c.Path, c.Sample, accesslog.Config{Format: format, Dropped: &s.accessDropped,
 		OnError: func(err error) {
 			if ok, n := failLog.allow(time.Now()); ok {
 				s.log.Warn("access log write failed; its lines are dropped", "path", c.Path, "error", err, "suppressed", n)
 			}
 		}})
-	return al, nil
+	if err != nil {
+		return nil, fmt.Errorf("edge: access_log.path: %w", err)
+	}
+	return l, nil
 }
 
-// close writes what is buffered and closes the file. A nil log does nothing.
-func (al *accessLog) close() {
-	if al == nil {
-		return
-	}
-	al.w.Close()
-	if al.file != nil {
-		al.file.Close()
-	}
-}
-
-// setAccessLog puts al in force and closes the one it replaces.
-func (s *Server) setAccessLog(al *accessLog) {
-	s.access.Swap(al).close()
+// setAccessLog puts l in force and closes the one it replaces.
+func (s *Server) setAccessLog(l *accesslog.Log) {
+	s.access.Swap(l).Close()
 }
 
 // logAccess writes one line per request to the access log, when there is one and the
@@ -75,7 +47,7 @@ func (s *Server) logAccess(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		al := s.access.Load()
 		rec, ok := w.(*statusRecorder)
-		if al == nil || !ok || al.sample < 1 && rand.Float64() >= al.sample {
+		if al == nil || !ok || !al.Sampled() {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -87,7 +59,7 @@ func (s *Server) logAccess(next http.Handler) http.Handler {
 }
 
 // writeAccess logs r's line.
-func (s *Server) writeAccess(al *accessLog, rec *statusRecorder, r *http.Request, f *accesslog.Fields) {
+func (s *Server) writeAccess(al *accesslog.Log, rec *statusRecorder, r *http.Request, f *accesslog.Fields) {
 	if rec.refused {
 		return
 	}
@@ -99,7 +71,7 @@ func (s *Server) writeAccess(al *accessLog, rec *statusRecorder, r *http.Request
 	e := accesslog.Entry{Time: rec.now, Proto: protoVersion(r), Method: r.Method, Host: r.Host, Path: requestPath(r),
 		Status: code, Bytes: rec.bytes, Duration: time.Since(rec.now),
 		Client: sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6), Fields: *f}
-	al.w.Log(&e)
+	al.Log(&e)
 }
 
 // accessFields returns the access-log fields of r's request, or nil when it is not

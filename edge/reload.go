@@ -114,14 +114,14 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 		return err
 	}
 	if err := s.guard.SetLimits(guardConfig(cfg.IP)); err != nil {
-		al.close()
+		al.Close()
 		return fmt.Errorf("edge: ip: %w", err)
 	}
 
 	// Commit. SetLimits cannot fail here: pc is valid, and what it cannot change
 	// (the prefix lengths, max_tracked) restartOnly refused.
 	if err := s.box.SetLimits(pc); err != nil {
-		al.close()
+		al.Close()
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
 	s.cfg.Store(cfg)

@@ -22,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/edge/accesslog"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
@@ -99,7 +100,7 @@ type Server struct {
 	held        heldUnits // concurrency units held now, per policy
 	// access is the access log (nil: none); accessDropped counts its dropped lines
 	// across the logs reloads put in force.
-	access        atomic.Pointer[accessLog]
+	access        atomic.Pointer[accesslog.Log]
 	accessDropped atomic.Uint64
 
 	// inflight counts requests being handled, on all protocols.

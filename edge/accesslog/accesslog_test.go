@@ -202,3 +202,47 @@ func BenchmarkLog(b *testing.B) {
 		})
 	}
 }
+
+// TestOpenSample: Open appends to an existing file, and a log of sample 0.25 logs
+// about a quarter of the requests (the bounds are 10 standard deviations wide).
+func TestOpenSample(t *testing.T) {
+	path := t.TempDir() + "/access.log"
+	if err := os.WriteFile(path, []byte("kept\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(path, 0.25, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10_000
+	logged := 0
+	for range n {
+		if l.Sampled() {
+			l.Log(entry())
+			logged++
+		}
+	}
+	l.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if lines[0] != "kept" || len(lines) != logged+1 {
+		t.Errorf("the file has %d lines starting %q, want \"kept\" and the %d logged", len(lines), lines[0], logged)
+	}
+	if logged < 2000 || logged > 3000 {
+		t.Errorf("sample 0.25 logged %d of %d", logged, n)
+	}
+	if full, _ := Open(path, 1, Config{}); full != nil {
+		for range 100 {
+			if !full.Sampled() {
+				t.Fatal("sample 1 left a request out")
+			}
+		}
+		full.Close()
+	}
+	if _, err := Open(t.TempDir()+"/no/such/dir/a.log", 1, Config{}); err == nil {
+		t.Error("Open in a missing directory succeeded")
+	}
+}
