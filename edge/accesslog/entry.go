@@ -170,28 +170,33 @@ const hexDigits = "0123456789abcdef"
 // the path and the host).
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
+	start := 0 // s[start:i] is safe, not appended yet: appended in one piece
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20 || c == 0x7f:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			default:
-				b = append(b, c)
-			}
+		if c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' && c != 0x7f {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+n]...)
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r != utf8.RuneError || n != 1 {
+				i += n
+				continue
+			}
 		}
-		i += n
+		b = append(b, s[start:i]...)
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < utf8.RuneSelf:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			b = append(b, `\ufffd`...)
+		}
+		i++
+		start = i
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 
