@@ -342,13 +342,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		key = d.shadow
 	}
 	s.metrics.observeKey(key[0].Key)
-	log := s.accessFields(r)
-	if log != nil {
-		log.Key, log.HasKey = [8]byte(key[0].Key[:8]), true
+	entry := s.accessFields(r) // nil unless the access log takes this request
+	if entry != nil {
+		entry.Key, entry.HasKey = [8]byte(key[0].Key[:8]), true
 	}
 	allowed, closed, err := s.decideEnforced(ctx, now, d)
 	if err != nil && len(closed) == 0 {
-		log.SetDecision("unavailable")
+		entry.SetDecision("unavailable")
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter could not decide")
 		return false
 	}
@@ -357,7 +357,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	s.held.add(d.heldLocal, 1)
 	s.held.add(d.heldGlobal, 1)
 	if len(closed) > 0 {
-		log.SetDecision("failed_closed")
+		entry.SetDecision("failed_closed")
 		s.release(ctx, d)
 		s.failClosed(w, closed)
 		return false
@@ -396,13 +396,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		}
 	}
 	if !allowed {
-		log.SetDecision("denied")
+		entry.SetDecision("denied")
 		s.release(ctx, d)
 		s.deny(w, d)
 		s.reject(r, now)
 		return false
 	}
-	log.SetDecision("allowed")
+	entry.SetDecision("allowed")
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		defer t.Stop()
