@@ -2,15 +2,19 @@ package edge
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/limiter"
 )
 
 // opsEdge is a test edge started as production starts one: Listen binds its admin
@@ -238,7 +244,7 @@ func TestAdminLoopbackOnly(t *testing.T) {
 }
 
 // TestAdminValidateRefusesExposed proves through Config.Validate that an admin address
-// reachable from other machines needs a token, and startAdmin refuses it as a last
+// reachable from other machines needs a token, and admin.Listen refuses it as a last
 // guard.
 func TestAdminValidateRefusesExposed(t *testing.T) {
 	for _, tc := range []struct {
@@ -265,8 +271,8 @@ func TestAdminValidateRefusesExposed(t *testing.T) {
 			t.Errorf("admin %q token %q: refused %v, want %v (%v)", tc.listen, tc.token, got, tc.refused, err)
 		}
 	}
-	if _, err := startAdmin(config.AdminConfig{Listen: "0.0.0.0:0"}, http.NotFoundHandler(), nil); !errors.Is(err, errAdminExposed) {
-		t.Errorf("startAdmin on 0.0.0.0 without a token: %v, want errAdminExposed", err)
+	if _, err := admin.Listen(config.AdminConfig{Listen: "0.0.0.0:0"}, http.NotFoundHandler(), nil); !errors.Is(err, admin.ErrExposed) {
+		t.Errorf("admin.Listen on 0.0.0.0 without a token: %v, want admin.ErrExposed", err)
 	}
 }
 
@@ -341,7 +347,10 @@ func TestAdminReload(t *testing.T) {
 	next.cfg = opsConfig(t, withPolicies(config.Policy{Name: "burst", Quota: 100, Window: time.Minute},
 		config.Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}), "")
 	code, _, body := e.call(t, "POST", "/api/v1/reload", nil)
-	var sum reloadSummary
+	var sum struct {
+		Status   string
+		Policies []string
+	}
 	json.Unmarshal(body, &sum)
 	if code != 200 || sum.Status != "reloaded" || !slices.Equal(sum.Policies, []string{"burst", "daily"}) {
 		t.Fatalf("valid reload: %d %s", code, body)
@@ -352,7 +361,10 @@ func TestAdminReload(t *testing.T) {
 	bad.ApplyDefaults()
 	next.cfg, next.err = nil, bad.Validate()
 	code, h, body := e.call(t, "POST", "/api/v1/reload", nil)
-	var p adminProblem
+	var p struct {
+		Status int
+		Errors []string
+	}
 	json.Unmarshal(body, &p)
 	if code != http.StatusUnprocessableEntity || h.Get("Content-Type") != "application/problem+json" ||
 		p.Status != 422 || len(p.Errors) < 2 || !strings.Contains(strings.Join(p.Errors, "\n"), "policies[0]") {
@@ -407,7 +419,7 @@ func TestAdminBans(t *testing.T) {
 		}
 	}
 	code, _, body := e.call(t, "GET", "/api/v1/bans", nil)
-	var list banListBody
+	var list struct{ Bans []admin.Ban }
 	json.Unmarshal(body, &list)
 	if code != 200 || len(list.Bans) != 2 || list.Bans[0].Prefix.String() != "203.0.113.0/24" ||
 		list.Bans[0].Reason != "scraper" || list.Bans[1].Prefix.String() != "2001:db8::1/128" || list.Bans[1].Reason != "manual" {
@@ -441,28 +453,6 @@ func TestAdminBans(t *testing.T) {
 	}
 }
 
-// TestAdminBansWithoutBox: an admin API without a ban list answers 501 on the ban
-// endpoints. Listen always gives it one (boxBans); this covers banList's nil guard.
-func TestAdminBansWithoutBox(t *testing.T) {
-	s, err := New(opsConfig(t, nil, "tok"), Options{Logger: slog.New(slog.DiscardHandler), CertCacheDir: certCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := s.newAdmin(s.registry, nil)
-	for _, r := range []struct{ method, path string }{
-		{"GET", "/api/v1/bans"}, {"POST", "/api/v1/bans"}, {"DELETE", "/api/v1/bans/192.0.2.1"},
-	} {
-		req := httptest.NewRequest(r.method, "http://127.0.0.1"+r.path, strings.NewReader(`{}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer tok")
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != 501 || rec.Header().Get("Content-Type") != "application/problem+json" {
-			t.Errorf("%s %s without a penalty box: %d", r.method, r.path, rec.Code)
-		}
-	}
-}
-
 // TestAdminTopParam: n is bounded.
 func TestAdminTopParam(t *testing.T) {
 	e := startOps(t, nil, "", nil)
@@ -477,7 +467,7 @@ func TestAdminTopParam(t *testing.T) {
 		keys int
 	}{{"", 200, 20}, {"?n=3", 200, 3}, {"?n=0", 400, 0}, {"?n=5000", 400, 0}, {"?n=x", 400, 0}} {
 		code, _, body := e.call(t, "GET", "/api/v1/top"+tc.q, nil)
-		var b topBody
+		var b struct{ Keys []struct{} }
 		json.Unmarshal(body, &b)
 		if code != tc.code || len(b.Keys) != tc.keys {
 			t.Errorf("GET /api/v1/top%s: %d with %d keys, want %d with %d", tc.q, code, len(b.Keys), tc.code, tc.keys)
@@ -493,12 +483,12 @@ func TestAdminReadyz(t *testing.T) {
 	}
 	// The handler Listen serves on the admin listener, called directly: before Listen
 	// and after Close there is no listener to ask.
-	h := s.adminHandler(s.registry, s.metrics)
-	readyz := func() (int, readiness) {
+	h := s.adminHandler()
+	readyz := func() (int, admin.Readiness) {
 		req, _ := http.NewRequest("GET", "http://127.0.0.1/readyz", nil)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		var rd readiness
+		var rd admin.Readiness
 		json.Unmarshal(rec.Body.Bytes(), &rd)
 		return rec.Code, rd
 	}
@@ -508,7 +498,7 @@ func TestAdminReadyz(t *testing.T) {
 	if err := s.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	if code, rd := readyz(); code != 200 || rd != (readiness{Status: "ready", Listeners: "up", Store: "local"}) {
+	if code, rd := readyz(); code != 200 || rd != (admin.Readiness{Status: "ready", Listeners: "up", Store: "local"}) {
 		t.Errorf("listening: %d %+v", code, rd)
 	}
 	s.Close()
@@ -517,45 +507,72 @@ func TestAdminReadyz(t *testing.T) {
 	}
 }
 
-// TestAdminServerLifecycle: serve returns http.ErrServerClosed after shutdown, also
-// when shutdown came first; "off" is a nil server that does nothing.
-func TestAdminServerLifecycle(t *testing.T) {
-	a, err := startAdmin(config.AdminConfig{Listen: "127.0.0.1:0"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("up"))
-	}), nil)
-	if err != nil {
-		t.Fatal(err)
+// TestTopZipf feeds 1,000,000 requests of 100,000 client keys in a zipf distribution
+// through the hook decide feeds (metrics.observeKey) and reads the 5 heaviest back
+// through the edge's admin listener: they are named in order, each count bounds the
+// true one, and the sketch's memory does not grow with the keys.
+func TestTopZipf(t *testing.T) {
+	const keys, stream = 100_000, 1_000_000
+	e := startOps(t, nil, "", nil)
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, keys-1)
+	truth := make([]uint64, keys)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range stream {
+		i := z.Uint64()
+		truth[i]++
+		e.metrics.observeKey(zipfKey(i))
 	}
-	done := make(chan error, 1)
-	go func() { done <- a.serve() }()
-	resp, err := adminClient.Get("http://" + a.addr().String() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := a.shutdown(ctx); err != nil {
-		t.Errorf("shutdown: %v", err)
-	}
-	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		t.Errorf("serve after shutdown: %v", err)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// truth itself is allocated before `before`; what grew is the sketch's own doing
+	// (and the idle server's, which allocates little).
+	t.Logf("heap growth over %d requests of %d keys: %d bytes", stream, keys, int64(after.HeapAlloc)-int64(before.HeapAlloc))
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 256<<10 {
+		t.Errorf("heap grew by %d bytes while observing; the sketch must not grow", grew)
 	}
 
-	b, err := startAdmin(config.AdminConfig{Listen: "127.0.0.1:0"}, http.NotFoundHandler(), nil)
-	if err != nil {
+	code, _, body := e.call(t, "GET", "/api/v1/top?n=5", nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET /api/v1/top: %d %s", code, body)
+	}
+	var top struct {
+		Keys []struct {
+			Key          string
+			Count, Error uint64
+		}
+	}
+	if err := json.Unmarshal(body, &top); err != nil {
 		t.Fatal(err)
 	}
-	b.shutdown(ctx)
-	if err := b.serve(); !errors.Is(err, http.ErrServerClosed) {
-		t.Errorf("serve after an early shutdown: %v", err)
+	if len(top.Keys) != 5 {
+		t.Fatalf("got %d keys, want 5", len(top.Keys))
 	}
+	order := make([]int, keys)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return int(truth[b]) - int(truth[a]) })
+	for rank, got := range top.Keys {
+		k := zipfKey(uint64(order[rank]))
+		if got.Key != hex.EncodeToString(k[:]) {
+			t.Errorf("rank %d: got key %s…, want rank %d's", rank, got.Key[:8], order[rank])
+			continue
+		}
+		c := truth[order[rank]]
+		if got.Count < c || got.Count-got.Error > c {
+			t.Errorf("rank %d: count %d ± %d does not bound the true %d", rank, got.Count, got.Error, c)
+		}
+		t.Logf("rank %d: true %d, estimated %d (error ≤ %d)", rank, c, got.Count, got.Error)
+	}
+}
 
-	off, err := startAdmin(config.AdminConfig{Listen: "off"}, http.NotFoundHandler(), nil)
-	if off != nil || err != nil {
-		t.Fatalf("off: %v %v", off, err)
-	}
-	if err := off.serve(); !errors.Is(err, http.ErrServerClosed) || off.addr() != nil || off.shutdown(ctx) != nil || off.close() != nil {
-		t.Errorf("a nil admin server must do nothing")
-	}
+// zipfKey is the client key of rank i (0 heaviest) in the zipf tests.
+func zipfKey(i uint64) limiter.Key {
+	var k limiter.Key
+	binary.LittleEndian.PutUint64(k[:], i*0x9e3779b97f4a7c15)
+	binary.LittleEndian.PutUint64(k[8:], (i+1)*0xc2b2ae3d27d4eb4f)
+	return k
 }

@@ -16,6 +16,7 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = headerLimit(h)
 	h = s.altSvc(h)
 	h = s.streamBudget(h)
+	h = s.logAccess(h)
 	h = s.metrics.instrument(h)
 	h = s.track(h)
 	return h

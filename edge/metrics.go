@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -106,20 +107,17 @@ var (
 )
 
 // metrics is the edge's instrumentation: the counters of DESIGN.md §7, a collector
-// reading the limiter, the transport guard and the store at scrape time, and the
-// heavy-hitter sketches behind /api/v1/top. Make it with newMetrics. It is safe for
-// concurrent use. What runs per request or per connection allocates nothing; the hooks
+// reading the limiter, the transport guard, the store and the penalty box at scrape
+// time, and the heavy-hitter sketches behind /api/v1/top. Make it with newMetrics. It
+// is safe for concurrent use. What runs per request or per connection allocates nothing; the hooks
 // other code calls (observeKey, connContext, refusedStream, observeStore, storeFailed)
 // are nil-safe, so a Server built without metrics still runs.
 type metrics struct {
 	s   *Server
-	top *heavyHitters
-	// bans is the penalty box (boxBans, set by New), read at scrape time for
-	// bans_active and bans_total; nil reads as 0.
-	bans banList
+	top *admin.Top
 	// breaker reports whether the shared store's circuit breaker is open (decisions
 	// follow on_store_failure without asking Redis), for store_breaker_open, /readyz
-	// and the dashboard. Nil without Redis. Set both before serving.
+	// and the dashboard. Nil without Redis. Set it before serving.
 	breaker func() bool
 
 	requests   [numProtos][numCodes]atomic.Uint64
@@ -133,7 +131,7 @@ type metrics struct {
 
 	descs struct {
 		requests, duration, decisions, dropped, refusedCon, refusedStr, storeErrors, breaker,
-		bansActive, bansTotal, inflight, tracked *prometheus.Desc
+		bansActive, bansTotal, inflight, tracked, accessDropped *prometheus.Desc
 	}
 
 	// mu guards the maps below, touched at scrape time and on rare events.
@@ -167,7 +165,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m := &metrics{
 		s:          s,
 		epoch:      time.Now(),
-		top:        newHeavyHitters(),
+		top:        admin.NewTop(),
 		otherCodes: map[[2]int]uint64{},
 		carried:    map[policyID]*carriedStats{},
 		failed:     map[string]*[2]uint64{},
@@ -206,6 +204,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		"Source prefixes with per-source transport state (connection and stream budgets), at most ip.max_tracked.",
 		nil, nil)
 
+	d.accessDropped = prometheus.NewDesc(name("access_log_dropped_total"),
+		"Access log lines dropped rather than hold a request up: the log's buffer was full, or writing to its file failed.",
+		nil, nil)
 	d.duration = prometheus.NewDesc(name("request_duration_seconds"),
 		"Time from a request reaching the edge's handler to its response ending (streamed bodies included), by protocol.",
 		[]string{"proto"}, nil)
@@ -241,11 +242,11 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		now := time.Now()
 		start := now.Sub(m.epoch)
 		rec := statusRecorderPool.Get().(*statusRecorder)
-		rec.ResponseWriter, rec.code, rec.now, rec.refused = w, 0, now, false
+		rec.ResponseWriter, rec.code, rec.bytes, rec.now, rec.refused = w, 0, 0, now, false
 		defer m.record(rec, protoIndex(r.ProtoMajor), start)
-		if m.top.sources.sampled() {
+		if m.top.SourceSampled() {
 			rs := m.s.rules.Load()
-			m.top.sources.observe(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6))
+			m.top.ObserveSource(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6))
 		}
 		next.ServeHTTP(rec, r)
 	})
@@ -323,6 +324,7 @@ func (l *latencyHist) collect(ch chan<- prometheus.Metric, desc *prometheus.Desc
 type statusRecorder struct {
 	http.ResponseWriter
 	code    int
+	bytes   int64     // of the body, for the access log
 	now     time.Time // when the request reached the edge's handler
 	refused bool      // refused by the stream budget: not a request answered
 }
@@ -359,7 +361,9 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.code == 0 {
 		r.code = http.StatusOK
 	}
-	return r.ResponseWriter.Write(b)
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
 }
 
 // Flush sends what is buffered (server-sent events, streamed proxying).
@@ -392,8 +396,8 @@ func (r *statusRecorder) HTTPStream() (*http3.Stream, error) {
 // observeKey feeds the client-key heavy-hitter sketch; call it once per request that
 // matched a policy, with the key of its first policy.
 func (m *metrics) observeKey(k limiter.Key) {
-	if m != nil && m.top.keys.sampled() {
-		m.top.keys.observe(k)
+	if m != nil {
+		m.top.ObserveKey(k)
 	}
 }
 
@@ -452,30 +456,11 @@ func (m *metrics) storeFailed(policy string, open bool) {
 	m.mu.Unlock()
 }
 
-// run ages the heavy-hitter sketches until done is closed: every topHalfLife the
-// counts halve, so /api/v1/top shows who is heavy now rather than since start.
-func (m *metrics) run(done <-chan struct{}) {
-	t := time.NewTicker(topHalfLife)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			m.top.keys.decay()
-			m.top.sources.decay()
-		case <-done:
-			return
-		}
-	}
-}
-
-// topHalfLife is how fast old traffic fades from the heavy-hitter counts.
-const topHalfLife = 30 * time.Second
-
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	d := &m.descs
 	for _, x := range []*prometheus.Desc{d.requests, d.duration, d.decisions, d.dropped, d.refusedCon, d.refusedStr,
-		d.storeErrors, d.breaker, d.bansActive, d.bansTotal, d.inflight, d.tracked} {
+		d.storeErrors, d.breaker, d.bansActive, d.bansTotal, d.inflight, d.tracked, d.accessDropped} {
 		ch <- x
 	}
 }
@@ -550,20 +535,20 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.bansActive, float64(active))
 	counter(d.bansTotal, total)
 	gauge(d.inflight, float64(m.s.inflight.Load()), "")
+	counter(d.accessDropped, m.s.accessDropped.Load())
 }
 
-// decisionRow is one policy's decisions, as ratelimit_decisions_total and
-// /api/v1/stats report them.
+// decisionRow is one policy's decisions, as ratelimit_decisions_total reports them.
 type decisionRow struct {
-	Policy       string `json:"policy"`
-	Shadow       bool   `json:"shadow"`
-	Allowed      uint64 `json:"allowed"`
-	Denied       uint64 `json:"denied"` // shadow_denied for a shadow policy
-	Vetoed       uint64 `json:"vetoed"`
-	FailedOpen   uint64 `json:"failed_open"`
-	FailedClosed uint64 `json:"failed_closed"`
-	// Held is the units held now, for concurrency policies that report it.
-	Held *int64 `json:"held,omitempty"`
+	Policy       string
+	Shadow       bool
+	Allowed      uint64
+	Denied       uint64 // shadow_denied for a shadow policy
+	Vetoed       uint64
+	FailedOpen   uint64
+	FailedClosed uint64
+	// Held is the units held now, for concurrency policies.
+	Held *int64
 }
 
 // decisions reads the counters of the current policies, carrying the counts of
@@ -655,14 +640,11 @@ func (m *metrics) breakerOpen() bool {
 	return m.breaker != nil && m.breaker()
 }
 
-// banCounts reads the penalty box: bans in force, and bans imposed since start when
-// the box counts them.
+// banCounts reads the penalty box: bans in force, and bans imposed since start.
 func (m *metrics) banCounts() (active int, total uint64) {
-	if m.bans == nil {
+	if m.s.box == nil {
 		return 0, 0
 	}
-	if c, ok := m.bans.(banCounter); ok {
-		return c.Counts()
-	}
-	return len(m.bans.List(time.Now())), 0
+	st := m.s.box.Stats()
+	return st.Active, st.Total
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"sort"
@@ -18,12 +20,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/quic-go/quic-go"
 
+	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/quicconn"
@@ -87,6 +89,7 @@ func zeroSeries() map[string]float64 {
 		`h3edge_bans_active`:                              0,
 		`h3edge_bans_total`:                               0,
 		`h3edge_inflight{policy=""}`:                      0,
+		`h3edge_access_log_dropped_total`:                 0,
 	}
 	for _, proto := range []string{"h3", "tcp"} {
 		for _, r := range []string{"banned", "rate", "max_connections"} {
@@ -365,112 +368,73 @@ func TestMetricsStoreAndBans(t *testing.T) {
 		}
 	}
 	code, _, body := e.call(t, "GET", "/readyz", nil)
-	var rd readiness
+	var rd admin.Readiness
 	json.Unmarshal(body, &rd)
-	if code != 200 || rd != (readiness{Status: "degraded", Listeners: "up", Store: "breaker_open"}) {
+	if code != 200 || rd != (admin.Readiness{Status: "degraded", Listeners: "up", Store: "breaker_open"}) {
 		t.Errorf("/readyz with the breaker open: %d %s", code, body)
 	}
 }
 
-// nopWriter is a ResponseWriter that keeps nothing, for measuring instrument alone.
-type nopWriter struct{ h http.Header }
-
-func (w *nopWriter) Header() http.Header         { return w.h }
-func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *nopWriter) WriteHeader(int)             {}
-
-// testMetrics returns the metrics and registry of a server New made, not listening, so
-// that instrument can be measured alone.
-func testMetrics(t testing.TB) (*metrics, *prometheus.Registry) {
-	t.Helper()
-	s, err := New(opsConfig(t, nil, ""), Options{Logger: slog.New(slog.DiscardHandler), CertCacheDir: certCache(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.metrics, s.registry
-}
-
-// gathered reads reg's h3edge samples as scrape does.
-func gathered(t testing.TB, reg prometheus.Gatherer) (map[string]float64, string) {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	for _, f := range fams {
-		expfmt.MetricFamilyToText(&buf, f)
-	}
-	return parseExposition(t, buf.Bytes()), buf.String()
-}
-
-// TestInstrumentCodes: the status recorded is the final one the handler sent.
+// TestInstrumentCodes: the status requests_total counts is the final one the origin
+// sent, through the chain of a real edge whose origin is an upstream on loopback.
 func TestInstrumentCodes(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		handler http.HandlerFunc
-		code    int
-	}{
-		{"nothing written", func(w http.ResponseWriter, r *http.Request) {}, 200},
-		{"body only", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("x")) }, 200},
-		{"404", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, 404},
-		{"early hints then 201", func(w http.ResponseWriter, r *http.Request) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/nothing":
+		case "/body":
+			w.Write([]byte("x"))
+		case "/404":
+			w.WriteHeader(404)
+		case "/hints-201":
+			w.Header().Set("Link", "</style.css>; rel=preload")
 			w.WriteHeader(http.StatusEarlyHints)
 			w.WriteHeader(201)
-		}, 201},
-		{"flush then 500", func(w http.ResponseWriter, r *http.Request) {
+		case "/flush-500":
 			http.NewResponseController(w).Flush()
 			w.WriteHeader(500) // too late: the 200 went out with the flush
-		}, 200},
-		{"status 999", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(999) }, 999},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, reg := testMetrics(t)
+		case "/999":
+			w.WriteHeader(999)
+		}
+	}))
+	up.Config.ErrorLog = log.New(io.Discard, "", 0) // the superfluous WriteHeader of /flush-500
+	up.Start()
+	t.Cleanup(up.Close)
+	e := startOps(t, func(c *config.Config) { c.Upstream = up.URL }, "", nil)
+	c := clientFor(t, "h2")
+	for _, tc := range []struct {
+		path string
+		code int
+	}{{"/nothing", 200}, {"/body", 200}, {"/404", 404}, {"/hints-201", 201}, {"/flush-500", 200}, {"/999", 999}} {
+		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
 			series := fmt.Sprintf(`h3edge_requests_total{code="%d",proto="h2"}`, tc.code)
-			before, _ := gathered(t, reg)
-			r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
-			r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 2
-			m.instrument(tc.handler).ServeHTTP(&nopWriter{h: http.Header{}}, r)
-			got, text := gathered(t, reg)
-			if d := got[series] - before[series]; d != 1 {
-				t.Errorf("requests_total{code=%d,proto=h2} rose by %v\n%s", tc.code, d, text)
+			before := e.scrape(t)
+			resp, err := c.Get(e.url + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if d := e.scrape(t)[series] - before[series]; d != 1 {
+				t.Errorf("%s rose by %v, want 1 (the client saw %d)", series, d, resp.StatusCode)
 			}
 		})
 	}
 }
 
-// TestInstrumentAllocs: instrumenting a request allocates nothing.
-func TestInstrumentAllocs(t *testing.T) {
-	m, _ := testMetrics(t)
-	h := m.instrument(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
-	r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
-	r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 3
-	w := &nopWriter{h: http.Header{}}
-	if n := testing.AllocsPerRun(10_000, func() { h.ServeHTTP(w, r) }); n != 0 {
-		t.Errorf("instrument allocates %v times per request", n)
+// TestChainAllocs: the chain of a real edge, instrumentation included, allocates
+// nothing for a request no policy matches.
+func TestChainAllocs(t *testing.T) {
+	s, err := New(opsConfig(t, nil, ""), Options{Logger: slog.New(slog.DiscardHandler), CertCacheDir: certCache(t)})
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-// BenchmarkInstrument measures what instrument adds to a request, from parallel
-// goroutines: bare handler, and instrumented.
-func BenchmarkInstrument(b *testing.B) {
-	m, _ := testMetrics(b)
-	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
-	for _, bc := range []struct {
-		name string
-		h    http.Handler
-	}{{"bare", ok}, {"instrumented", m.instrument(ok)}} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				r, _ := http.NewRequest("GET", "https://127.0.0.1/", nil)
-				r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 3
-				w := &nopWriter{h: http.Header{}}
-				for pb.Next() {
-					bc.h.ServeHTTP(w, r)
-				}
-			})
-		})
+	var origin http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	s.origin.Store(&origin)
+	r := httptest.NewRequestWithContext(withConnMemo(context.Background()), "GET", "https://127.0.0.1/", nil)
+	r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 2
+	w := &discardWriter{h: http.Header{}}
+	if n := testing.AllocsPerRun(10_000, func() { clear(w.h); s.handler.ServeHTTP(w, r) }); n != 0 {
+		t.Errorf("the chain allocates %v times per request", n)
 	}
 }
 

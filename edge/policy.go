@@ -337,13 +337,18 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 
 	now := requestTime(w)
 	ctx := r.Context()
-	if len(d.reqs) > 0 {
-		s.metrics.observeKey(d.reqs[0].Key)
-	} else {
-		s.metrics.observeKey(d.shadow[0].Key)
+	key := d.reqs
+	if len(key) == 0 {
+		key = d.shadow
+	}
+	s.metrics.observeKey(key[0].Key)
+	entry := s.accessFields(r) // nil unless the access log takes this request
+	if entry != nil {
+		entry.Key, entry.HasKey = [8]byte(key[0].Key[:8]), true
 	}
 	allowed, closed, err := s.decideEnforced(ctx, now, d)
 	if err != nil && len(closed) == 0 {
+		entry.SetDecision("unavailable")
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter could not decide")
 		return false
 	}
@@ -352,6 +357,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 	s.held.add(d.heldLocal, 1)
 	s.held.add(d.heldGlobal, 1)
 	if len(closed) > 0 {
+		entry.SetDecision("failed_closed")
 		s.release(ctx, d)
 		s.failClosed(w, closed)
 		return false
@@ -390,11 +396,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, rs *rules, d *de
 		}
 	}
 	if !allowed {
+		entry.SetDecision("denied")
 		s.release(ctx, d)
 		s.deny(w, d)
 		s.reject(r, now)
 		return false
 	}
+	entry.SetDecision("allowed")
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		defer t.Stop()

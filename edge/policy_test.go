@@ -193,7 +193,7 @@ func held(t testing.TB, e *testEdge, i int, quota int64) int64 {
 // series is missing.
 func inflightGauge(t testing.TB, e *testEdge, policy string) (v float64, ok bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + e.admin.addr().String() + "/metrics")
+	resp, err := http.Get("http://" + e.admin.Addr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestStats429CountsStreamRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st statsBody
+	var st struct{ Requests map[string]map[string]uint64 }
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

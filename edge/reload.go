@@ -37,7 +37,8 @@ var restartFields = []string{
 // reloadConfig loads the configuration again and applies it without dropping a
 // connection: policies (keeping the state and counters of unchanged ones), plans, ip:
 // budgets, abuse: thresholds (keeping bans and rejection counts), upstream and its
-// timeout, trusted proxies, Alt-Svc, admin token, certificates and log format.
+// timeout, trusted proxies, Alt-Svc, admin token, certificates, log format and the
+// access log (opened anew, also when unchanged).
 // Everything is prepared first; if anything is invalid nothing changes and the error
 // says what (a ValidationError for the file's problems).
 //
@@ -106,13 +107,21 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
+	// Opened anew on every reload, also when unchanged, so that SIGHUP lets a rotated
+	// file go.
+	al, err := s.openAccessLog(cfg.AccessLog)
+	if err != nil {
+		return err
+	}
 	if err := s.guard.SetLimits(guardConfig(cfg.IP)); err != nil {
+		al.Close()
 		return fmt.Errorf("edge: ip: %w", err)
 	}
 
 	// Commit. SetLimits cannot fail here: pc is valid, and what it cannot change
 	// (the prefix lengths, max_tracked) restartOnly refused.
 	if err := s.box.SetLimits(pc); err != nil {
+		al.Close()
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
 	s.cfg.Store(cfg)
@@ -120,6 +129,7 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 	s.rules.Store(rs)
 	s.plans.Store(p)
 	s.origin.Store(&origin)
+	s.setAccessLog(al)
 	if tcpLn, _, _ := s.listeners(); tcpLn != nil {
 		s.setAltSvc()
 	}

@@ -112,7 +112,8 @@ var reloadableFields = []string{
 	"policies[].on_store_failure", "policies[].mode", "policies[].max_delay", "policies[].lease",
 	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
 	"legacy_headers",
-	"log_format", // with Options.SetLogFormat; refused without
+	"log_format",                                                // with Options.SetLogFormat; refused without
+	"access_log.path", "access_log.format", "access_log.sample", // the log is opened anew
 }
 
 // TestReloadFieldsAccountedFor fails when a setting of Config is in neither

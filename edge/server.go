@@ -22,6 +22,8 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/edge/accesslog"
+	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
@@ -96,6 +98,10 @@ type Server struct {
 	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
 	upstreamLog *sampler
 	held        heldUnits // concurrency units held now, per policy
+	// access is the access log (nil: none); accessDropped counts its dropped lines
+	// across the logs reloads put in force.
+	access        atomic.Pointer[accesslog.Log]
+	accessDropped atomic.Uint64
 
 	// inflight counts requests being handled, on all protocols.
 	inflight atomic.Int64
@@ -113,7 +119,7 @@ type Server struct {
 	mu       sync.Mutex
 	tcpLn    net.Listener
 	udpConn  *net.UDPConn
-	admin    *adminServer // nil when admin is off
+	admin    *admin.Server // nil when admin is off
 	quicTr   *quic.Transport
 	quicLn   *quic.EarlyListener
 	h3s      *h3Serve // serves HTTP/3's connections (h3serve.go)
@@ -180,7 +186,6 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.metrics, err = newMetrics(s.registry, s); err != nil {
 		return nil, err
 	}
-	s.metrics.bans = boxBans{s}
 	s.rejectLog = newSampler(10)
 	s.upstreamLog = newSampler(10)
 	if err := s.initGlobal(cfg); err != nil {
@@ -198,6 +203,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.origin.Store(&origin)
+	al, err := s.openAccessLog(cfg.AccessLog)
+	if err != nil {
+		return nil, err
+	}
+	s.access.Store(al)
 	s.handler = s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*s.origin.Load()).ServeHTTP(w, r)
 	}))
@@ -295,7 +305,7 @@ func (s *Server) Listen() error {
 			}
 			return fmt.Errorf("edge: %w", err) // "listen udp ADDR: …"
 		}
-		adm, err := startAdmin(s.config().Admin, s.adminHandler(s.registry, s.metrics), s.log)
+		adm, err := admin.Listen(s.config().Admin, s.adminHandler(), s.log)
 		if err != nil {
 			tcpLn.Close()
 			udpConn.Close()
@@ -306,7 +316,7 @@ func (s *Server) Listen() error {
 			s.mu.Unlock()
 			tcpLn.Close()
 			udpConn.Close()
-			adm.close()
+			adm.Close()
 			if s.shutdown {
 				return http.ErrServerClosed
 			}
@@ -320,7 +330,7 @@ func (s *Server) Listen() error {
 }
 
 // listeners returns the sockets Listen bound and the admin listener (nil before Listen).
-func (s *Server) listeners() (net.Listener, *net.UDPConn, *adminServer) {
+func (s *Server) listeners() (net.Listener, *net.UDPConn, *admin.Server) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tcpLn, s.udpConn, s.admin
@@ -344,7 +354,7 @@ func (s *Server) setAltSvc() {
 // Listen.
 func (s *Server) AdminAddr() net.Addr {
 	_, _, adm := s.listeners()
-	return adm.addr()
+	return adm.Addr()
 }
 
 // Addr returns the bound address (TCP and UDP share the port). Valid after Listen.
@@ -412,9 +422,9 @@ func (s *Server) Serve() error {
 	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
-	go s.metrics.run(s.done)
+	go s.metrics.top.Age(s.done)
 	go func() {
-		if err := adm.serve(); !errors.Is(err, http.ErrServerClosed) {
+		if err := adm.Serve(); !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin listener failed", "error", err)
 		}
 	}()
@@ -447,7 +457,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	h3, h12, quicLn, adm := s.h3s, s.h12, s.quicLn, s.admin
 	s.mu.Unlock()
 	if h3 == nil {
-		return errors.Join(adm.shutdown(ctx), s.closeSockets())
+		return errors.Join(adm.Shutdown(ctx), s.closeSockets())
 	}
 	var wg sync.WaitGroup
 	var err3, err12 error
@@ -488,7 +498,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		h12.Close()
 	}
 	// The admin listener goes last, so metrics stay scrapeable while draining.
-	errAdmin := adm.shutdown(ctx)
+	errAdmin := adm.Shutdown(ctx)
 	s.closeSockets()
 	return errors.Join(err3, err12, errAdmin)
 }
@@ -508,7 +518,7 @@ func (s *Server) Close() error {
 		h3.close()
 		errs = append(errs, h12.Close())
 	}
-	errs = append(errs, adm.close(), s.closeSockets())
+	errs = append(errs, adm.Close(), s.closeSockets())
 	return errors.Join(errs...)
 }
 
@@ -550,6 +560,8 @@ func (s *Server) closeSockets() error {
 	if s.tcpLn != nil {
 		errs = append(errs, ignoreClosed(s.tcpLn.Close()))
 	}
+	// Every request has ended: what the access log holds is written.
+	s.setAccessLog(nil)
 	return errors.Join(errs...)
 }
 

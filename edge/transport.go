@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
@@ -248,44 +247,4 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		w.WriteHeader(http.StatusTooManyRequests)
 		w.Write(tooManyStreams)
 	})
-}
-
-// boxBans shows the penalty box to the admin API.
-type boxBans struct{ s *Server }
-
-func toAdminBan(b penalty.Ban) adminBan {
-	return adminBan{Prefix: b.Prefix, Until: b.Until, Reason: b.Reason, Strikes: b.Count}
-}
-
-func (b boxBans) List(now time.Time) []adminBan {
-	bans := b.s.box.List(now)
-	out := make([]adminBan, len(bans))
-	for i, ban := range bans {
-		out[i] = toAdminBan(ban)
-	}
-	return out
-}
-
-func (b boxBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Duration, reason string) (adminBan, error) {
-	ban := penalty.Ban{Prefix: p, Until: now.Add(d), Reason: reason}
-	if err := b.s.box.Add(ban); err != nil {
-		return adminBan{}, err
-	}
-	for _, x := range b.s.box.List(now) {
-		if x.Prefix == p {
-			return toAdminBan(x), nil
-		}
-	}
-	return toAdminBan(ban), nil
-}
-
-func (b boxBans) Lift(_ context.Context, p netip.Prefix) (bool, error) {
-	lifted := b.s.box.Lift(p)
-	b.s.syncKernelBans()
-	return lifted, nil
-}
-
-func (b boxBans) Counts() (active int, total uint64) {
-	st := b.s.box.Stats()
-	return st.Active, st.Total
 }

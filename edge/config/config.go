@@ -52,6 +52,9 @@ type Config struct {
 	LegacyHeaders bool `yaml:"legacy_headers"`
 	// LogFormat is "text" or "json". If empty, "text" is used.
 	LogFormat string `yaml:"log_format"`
+	// AccessLog writes one line per request (DESIGN.md §11). If nil, there is no
+	// access log.
+	AccessLog *AccessLogConfig `yaml:"access_log"`
 
 	// File is the path the configuration was loaded from ("" for built-in defaults).
 	File string `yaml:"-"`
@@ -125,6 +128,22 @@ type AdminConfig struct {
 	// Token is the bearer token the admin API requires. Required when Listen is not a
 	// loopback address.
 	Token string `yaml:"token"`
+}
+
+// AccessLogConfig is the access log: one line per request, written by a buffered
+// writer that drops lines (counted in access_log_dropped_total) rather than hold a
+// request up.
+type AccessLogConfig struct {
+	// Path is "stdout" or a file, opened for appending (created with mode 0640 if it
+	// does not exist) at start and again on every reload, so that a rotated file is let
+	// go on SIGHUP. If empty, "stdout" is used.
+	Path string `yaml:"path"`
+	// Format is "json" (one object per line) or "common" (the Common Log Format). If
+	// empty, "json" is used.
+	Format string `yaml:"format"`
+	// Sample is the fraction of requests logged, more than 0 and at most 1, each
+	// request drawn at random. If zero, 1 is used.
+	Sample float64 `yaml:"sample"`
 }
 
 // Rate is a token-bucket budget: Rate per second, up to Burst at once.

@@ -400,6 +400,15 @@ var validationCases = []validationCase{
 	{"redis sentinel addr", `redis: {sentinel: {master: m, addrs: [":0"]}}`, []string{`redis.sentinel.addrs[0]: port "0" must be a number from 1 to 65535, such as 10.0.0.5:26379 (got ":0")`}},
 	{"redis timeout long", "redis: {url: redis://a:6379, timeout: 6s}", []string{"redis.timeout: must be at most 5s (got 6s)"}},
 	{"redis timeout negative", "redis: {url: redis://a:6379, timeout: -1ms}", []string{"redis.timeout: must be more than 0"}},
+	{"access_log defaults", "access_log: {}", nil},
+	{"access_log", "access_log: {path: /nonexistent-h3edge/a.log, format: clf, sample: 1.5}", []string{
+		`access_log.path: the directory "/nonexistent-h3edge" does not exist: create it, or write to stdout`,
+		`access_log.format: unknown access log format "clf"; use one of json, common`,
+		"access_log.sample: must be more than 0 and at most 1, the fraction of requests logged (got 1.5)"}},
+	{"access_log directory", "access_log: {path: /, sample: -0.1}", []string{
+		`access_log.path: must be a file or stdout, not a directory (got "/")`,
+		"access_log.sample: must be more than 0 and at most 1"}},
+	{"access_log file", "access_log: {path: /tmp/h3edge-access.log, format: common, sample: 0.01}", nil},
 	{"admin listen", "admin: {listen: nowhere}", []string{`admin.listen: must be host:port, such as "127.0.0.1:9090", or "off" (got "nowhere")`}},
 	{"admin public without token", `admin: {listen: ":9090"}`, []string{"admin.token: required when admin.listen is not a loopback address"}},
 	{"admin public with token", `admin: {listen: "0.0.0.0:9090", token: t}`, nil},
@@ -760,6 +769,9 @@ var configFields = map[string]struct {
 	"abuse.share":                   {def: "true"},
 	"legacy_headers":                {def: "false"},
 	"log_format":                    {def: "text", checked: true},
+	"access_log.path":               {def: "stdout", checked: true},
+	"access_log.format":             {def: "json", checked: true},
+	"access_log.sample":             {def: "1", checked: true},
 }
 
 // TestConfigFieldsAccountedFor fails when a field of Config, at any depth, is not in

@@ -86,6 +86,11 @@ func (c *Config) ApplyDefaults() {
 	}
 
 	c.LogFormat = cmp.Or(c.LogFormat, "text")
+	if l := c.AccessLog; l != nil {
+		l.Path = cmp.Or(l.Path, "stdout")
+		l.Format = cmp.Or(l.Format, "json")
+		l.Sample = cmp.Or(l.Sample, 1)
+	}
 
 	// Validate reports the entries that do not parse.
 	c.trusted = nil // a fresh slice: an earlier one may still be in use

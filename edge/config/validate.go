@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -359,6 +360,7 @@ var (
 	storeFailures   = []string{"open", "closed", "local"}
 	modes           = []string{"enforce", "shadow"}
 	logFormats      = []string{"text", "json"}
+	accessFormats   = []string{"json", "common"}
 	redisSchemes    = []string{"redis", "rediss"}
 	upstreamSchemes = []string{"http", "https"}
 )
@@ -471,7 +473,29 @@ func (c *Config) problems() checker {
 		k.add("abuse.ban", "must be at most abuse.max_ban (%s); raise max_ban or lower ban", short(a.MaxBan))
 	}
 	k.enum("log_format", "log format", c.LogFormat, logFormats)
+	c.checkAccessLog(&k)
 	return k
+}
+
+func (c *Config) checkAccessLog(k *checker) {
+	l := c.AccessLog
+	if l == nil {
+		return
+	}
+	k.enum("access_log.format", "access log format", l.Format, accessFormats)
+	if !(l.Sample > 0 && l.Sample <= 1) { // NaN too
+		k.add("access_log.sample", "must be more than 0 and at most 1, the fraction of requests logged (got %v)", l.Sample)
+	}
+	if l.Path == "stdout" {
+		return
+	}
+	if fi, err := os.Stat(l.Path); err == nil && fi.IsDir() {
+		k.add("access_log.path", "must be a file or stdout, not a directory (got %q)", l.Path)
+	} else if dir := filepath.Dir(l.Path); err != nil {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			k.add("access_log.path", "the directory %q does not exist: create it, or write to stdout", dir)
+		}
+	}
 }
 
 func (c *Config) checkRedis(k *checker) {

@@ -1,31 +1,28 @@
-package edge
+package admin
 
 import (
 	"cmp"
-	"encoding/binary"
 	"math/bits"
 	"math/rand/v2"
-	"net/netip"
 	"slices"
 	"sync"
-
-	"github.com/h3edge/h3edge/limiter"
 )
 
-// Heavy hitters: the clients and sources sending the most requests now, for
-// /api/v1/top and the dashboard. Each is tracked by a Space-Saving sketch (Metwally,
-// Agrawal, El Abbadi, "Efficient computation of frequent and top-k elements in data
-// streams", 2005): a fixed number of counters, whatever the number of distinct keys.
+// The sketch behind Top: each of its two streams is tracked by a Space-Saving sketch
+// (Metwally, Agrawal, El Abbadi, "Efficient computation of frequent and top-k elements
+// in data streams", 2005): a fixed number of counters, whatever the number of distinct
+// keys.
 // A key that is not tracked takes over the smallest counter and inherits its count as
 // its possible error, so every count is an overestimate by at most the error shown, and
 // every key whose true count exceeds the stream length ÷ capacity is tracked.
 
 const (
-	// topCapacity is the counters of each sketch (split among its shards).
-	topCapacity = 1024
-	// topShards is the independently locked parts of each sketch. Keys are spread
+	// sketchCapacity is the counters of each sketch (split among its shards), and the
+	// largest n /api/v1/top answers.
+	sketchCapacity = 1024
+	// sketchShards is the independently locked parts of each sketch. Keys are spread
 	// over them by hash, so a key lives in exactly one shard.
-	topShards = 16
+	sketchShards = 16
 )
 
 // hitter is one heavy hitter: its estimated count, an overestimate by at most Err.
@@ -35,25 +32,25 @@ type hitter[K comparable] struct {
 	Err   uint64
 }
 
-// topK is a sharded Space-Saving sketch of fixed capacity. It is safe for concurrent
+// sketch is a sharded Space-Saving sketch of fixed capacity. It is safe for concurrent
 // use; observe allocates nothing.
-type topK[K comparable] struct {
-	shards [topShards]ssShard[K]
+type sketch[K comparable] struct {
+	shards [sketchShards]ssShard[K]
 	hash   func(K) uint64
 	// sampleMask: a request is observed when a random number's low bits under the mask
 	// are zero (one in mask+1), with weight mask+1. 0 observes every request.
 	sampleMask uint32
 }
 
-// newTopK returns a sketch of capacity counters in all. hash must spread keys
+// newSketch returns a sketch of capacity counters in all. hash must spread keys
 // uniformly over 64 bits. Each request is observed with probability 1/sample (rounded
 // up to a power of two; 0 or 1: every request), and counted sample times.
-func newTopK[K comparable](capacity, sample int, hash func(K) uint64) *topK[K] {
-	t := &topK[K]{hash: hash}
+func newSketch[K comparable](capacity, sample int, hash func(K) uint64) *sketch[K] {
+	t := &sketch[K]{hash: hash}
 	if sample > 1 {
 		t.sampleMask = 1<<bits.Len(uint(sample-1)) - 1
 	}
-	per := max(1, capacity/topShards)
+	per := max(1, capacity/sketchShards)
 	for i := range t.shards {
 		t.shards[i].init(per)
 	}
@@ -62,26 +59,26 @@ func newTopK[K comparable](capacity, sample int, hash func(K) uint64) *topK[K] {
 
 // sampled reports whether the next request is to be observed. Callers that must do
 // work to compute the key ask first.
-func (t *topK[K]) sampled() bool {
+func (t *sketch[K]) sampled() bool {
 	return t.sampleMask == 0 || rand.Uint32()&t.sampleMask == 0
 }
 
 // observe counts one sampled request for k.
-func (t *topK[K]) observe(k K) {
+func (t *sketch[K]) observe(k K) {
 	h := t.hash(k)
-	t.shards[h>>60&(topShards-1)].observe(k, h, uint64(t.sampleMask)+1)
+	t.shards[h>>60&(sketchShards-1)].observe(k, h, uint64(t.sampleMask)+1)
 }
 
 // decay halves every count, so that what is reported is weighted towards the recent
 // past: after each call old traffic counts half as much.
-func (t *topK[K]) decay() {
+func (t *sketch[K]) decay() {
 	for i := range t.shards {
 		t.shards[i].decay()
 	}
 }
 
 // top returns the n heaviest keys, heaviest first.
-func (t *topK[K]) top(n int) []hitter[K] {
+func (t *sketch[K]) top(n int) []hitter[K] {
 	var all []hitter[K]
 	for i := range t.shards {
 		all = t.shards[i].appendTo(all)
@@ -98,7 +95,7 @@ func (t *topK[K]) top(n int) []hitter[K] {
 	return slices.Clip(all)
 }
 
-// ssShard is one shard of a topK: a Space-Saving summary whose counters form a min-heap on
+// ssShard is one shard of a sketch: a Space-Saving summary whose counters form a min-heap on
 // count, indexed by an open-addressing table of fixed size. Nothing grows after init.
 type ssShard[K comparable] struct {
 	mu sync.Mutex
@@ -252,42 +249,4 @@ func (s *ssShard[K]) appendTo(out []hitter[K]) []hitter[K] {
 	}
 	s.mu.Unlock()
 	return out
-}
-
-// heavyHitters tracks the heaviest client keys (as their hashes) and source prefixes.
-type heavyHitters struct {
-	keys    *topK[limiter.Key]
-	sources *topK[netip.Prefix]
-}
-
-// Sampling rates of the heavy-hitter sketches, chosen from BenchmarkTopObserve: a
-// sketch update costs about as much as the rest of the instrumentation together, and
-// sources also need the client address parsed. One in eight still finds every source
-// sending more than a fraction of a percent of the requests.
-const (
-	topKeySample    = 1
-	topSourceSample = 8
-)
-
-// newHeavyHitters returns the sketches of client keys and source prefixes.
-func newHeavyHitters() *heavyHitters {
-	return &heavyHitters{
-		keys:    newTopK(topCapacity, topKeySample, topKeyHash),
-		sources: newTopK(topCapacity, topSourceSample, topPrefixHash),
-	}
-}
-
-// topKeyHash reads a hash from a client key, which is itself a uniform hash.
-func topKeyHash(k limiter.Key) uint64 { return binary.LittleEndian.Uint64(k[8:]) }
-
-// topPrefixHash mixes an address prefix into 64 bits (the finalizer of MurmurHash3).
-func topPrefixHash(p netip.Prefix) uint64 {
-	a := p.Addr().As16()
-	h := binary.LittleEndian.Uint64(a[:8])*0x9e3779b97f4a7c15 ^ binary.LittleEndian.Uint64(a[8:]) ^ uint64(p.Bits())<<56
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
 }

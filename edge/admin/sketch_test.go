@@ -1,22 +1,16 @@
-package edge
+package admin
 
 import (
 	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
-	"runtime"
-	"slices"
 	"testing"
-	"unsafe"
 
 	"github.com/h3edge/h3edge/limiter"
 )
 
-// zipfKey is the client key of rank i (0 heaviest) in the zipf tests.
+// zipfKey is the client key of rank i (0 heaviest) in the zipf tests. (edge's
+// TestTopZipf ranks the same keys through a running edge.)
 func zipfKey(i uint64) limiter.Key {
 	var k limiter.Key
 	binary.LittleEndian.PutUint64(k[:], i*0x9e3779b97f4a7c15)
@@ -24,69 +18,11 @@ func zipfKey(i uint64) limiter.Key {
 	return k
 }
 
-// TestTopZipf feeds 1,000,000 requests of 100,000 client keys in a zipf distribution
-// through the production sketch and reads the 5 heaviest back through /api/v1/top:
-// they are named in order, and the sketch's memory does not grow with the keys.
-func TestTopZipf(t *testing.T) {
-	const keys, stream = 100_000, 1_000_000
-	m := &metrics{top: newHeavyHitters()}
-	a := &admin{m: m}
-	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, keys-1)
-	truth := make([]uint64, keys)
-
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range stream {
-		i := z.Uint64()
-		truth[i]++
-		m.observeKey(zipfKey(i))
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	// truth itself is allocated before `before`; what grew is the sketch's own doing.
-	t.Logf("heap growth over %d requests of %d keys: %d bytes; sketch: %d counters, %d bytes, fixed",
-		stream, keys, int64(after.HeapAlloc)-int64(before.HeapAlloc), topCapacity, sketchBytes(m.top.keys))
-	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<10 {
-		t.Errorf("heap grew by %d bytes while observing; the sketch must not grow", grew)
-	}
-
-	rec := httptest.NewRecorder()
-	a.top(rec, httptest.NewRequest("GET", "/api/v1/top?n=5", nil))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("GET /api/v1/top: %d %s", rec.Code, rec.Body)
-	}
-	var body topBody
-	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
-		t.Fatal(err)
-	}
-	if len(body.Keys) != 5 {
-		t.Fatalf("got %d keys, want 5", len(body.Keys))
-	}
-	order := make([]int, keys)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return int(truth[b]) - int(truth[a]) })
-	for rank, got := range body.Keys {
-		k := zipfKey(uint64(order[rank]))
-		if got.Key != hex.EncodeToString(k[:]) {
-			t.Errorf("rank %d: got key %s…, want rank %d's", rank, got.Key[:8], order[rank])
-			continue
-		}
-		c := truth[order[rank]]
-		if got.Count < c || got.Count-got.Error > c {
-			t.Errorf("rank %d: count %d ± %d does not bound the true %d", rank, got.Count, got.Error, c)
-		}
-		t.Logf("rank %d: true %d, estimated %d (error ≤ %d)", rank, c, got.Count, got.Error)
-	}
-}
-
 // TestTopSourcesSampled checks that the sampled source sketch still ranks the heaviest
 // prefixes of a zipf stream.
 func TestTopSourcesSampled(t *testing.T) {
 	const sources, stream = 100_000, 1_000_000
-	hh := newHeavyHitters()
+	hh := NewTop()
 	z := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), 1.1, 1, sources-1)
 	prefix := func(i uint64) netip.Prefix {
 		var a [4]byte
@@ -95,8 +31,8 @@ func TestTopSourcesSampled(t *testing.T) {
 	}
 	for range stream {
 		i := z.Uint64()
-		if hh.sources.sampled() {
-			hh.sources.observe(prefix(i))
+		if hh.SourceSampled() {
+			hh.ObserveSource(prefix(i))
 		}
 	}
 	top := hh.sources.top(5)
@@ -114,7 +50,7 @@ func TestTopSourcesSampled(t *testing.T) {
 func TestSketchIndex(t *testing.T) {
 	// A poor hash on purpose: few shards and long probe runs.
 	hash := func(k uint64) uint64 { return (k%3)<<60 | k%5 }
-	tk := newTopK(4*topShards, 1, hash)
+	tk := newSketch(4*sketchShards, 1, hash)
 	r := rand.New(rand.NewPCG(5, 6))
 	exact := map[uint64]uint64{}
 	for step := range 20_000 {
@@ -144,16 +80,6 @@ func TestSketchIndex(t *testing.T) {
 			t.Fatalf("step %d", step)
 		}
 	}
-}
-
-// sketchBytes is the fixed memory of a sketch's counters and index.
-func sketchBytes[K comparable](tk *topK[K]) int {
-	n := 0
-	for i := range tk.shards {
-		s := &tk.shards[i]
-		n += cap(s.heap)*int(unsafe.Sizeof(s.heap[:1][0])) + len(s.slots)*4
-	}
-	return n
 }
 
 // checkShard checks a shard's heap order and index.
@@ -187,11 +113,11 @@ func checkShard[K comparable](t *testing.T, s *ssShard[K]) {
 
 // TestTopObserveAllocs: observing allocates nothing, whatever the key.
 func TestTopObserveAllocs(t *testing.T) {
-	hh := newHeavyHitters()
+	hh := NewTop()
 	var i uint64
 	if n := testing.AllocsPerRun(10_000, func() {
 		i++
-		hh.keys.observe(zipfKey(i))
+		hh.ObserveKey(zipfKey(i))
 	}); n != 0 {
 		t.Errorf("observe allocates %v times", n)
 	}
@@ -206,7 +132,7 @@ func BenchmarkTopObserve(b *testing.B) {
 		hot    bool
 	}{{"new-keys", 1, false}, {"hot-key", 1, true}, {"new-keys-sampled-8", 8, false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			tk := newTopK(topCapacity, bc.sample, topKeyHash)
+			tk := newSketch(sketchCapacity, bc.sample, keyHash)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				i := rand.Uint64()

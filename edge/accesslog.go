@@ -1,0 +1,111 @@
+package edge
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/h3edge/h3edge/edge/accesslog"
+	"github.com/h3edge/h3edge/edge/config"
+)
+
+// openAccessLog starts the access log of c (nil: none). Its dropped lines are counted
+// in s.accessDropped, one count across the logs reloads open.
+func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accesslog.Log, error) {
+	if c == nil {
+		return nil, nil
+	}
+	format := accesslog.JSON
+	if c.Format == "common" {
+		format = accesslog.Common
+	}
+	failLog := newSampler(1)
+	l, err := accesslog.Open(c.Path, c.Sample, accesslog.Config{Format: format, Dropped: &s.accessDropped,
+		OnError: func(err error) {
+			if ok, n := failLog.allow(time.Now()); ok {
+				s.log.Warn("access log write failed; its lines are dropped", "path", c.Path, "error", err, "suppressed", n)
+			}
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("edge: access_log.path: %w", err)
+	}
+	return l, nil
+}
+
+// setAccessLog puts l in force and closes the one it replaces.
+func (s *Server) setAccessLog(l *accesslog.Log) {
+	s.access.Swap(l).Close()
+}
+
+// logAccess writes one line per request to the access log, when there is one and the
+// request is sampled. It sits inside instrument, whose recorder knows the status, the
+// bytes and the start; handlers further in add route, key and decision through
+// accesslog.FromContext. Requests refused by the stream budget are not logged, as
+// requests_total does not count them.
+func (s *Server) logAccess(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		al := s.access.Load()
+		rec, ok := w.(*statusRecorder)
+		if al == nil || !ok || !al.Sampled() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, f := accesslog.NewContext(r.Context())
+		r = r.WithContext(ctx)
+		defer s.writeAccess(al, rec, r, f) // deferred: an aborted response is logged too
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeAccess logs r's line.
+func (s *Server) writeAccess(al *accesslog.Log, rec *statusRecorder, r *http.Request, f *accesslog.Fields) {
+	if rec.refused {
+		return
+	}
+	code := rec.code
+	if code == 0 {
+		code = http.StatusOK // net/http's answer when the handler wrote nothing
+	}
+	rs := s.rules.Load()
+	e := accesslog.Entry{Time: rec.now, Proto: protoVersion(r), Method: r.Method, Host: r.Host, Path: requestPath(r),
+		Status: code, Bytes: rec.bytes, Duration: time.Since(rec.now),
+		Client: sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6), Fields: *f}
+	al.Log(&e)
+}
+
+// accessFields returns the access-log fields of r's request, or nil when it is not
+// logged. It looks in the context only while there is an access log.
+func (s *Server) accessFields(r *http.Request) *accesslog.Fields {
+	if s.access.Load() == nil {
+		return nil
+	}
+	return accesslog.FromContext(r.Context())
+}
+
+// protoVersion names r's protocol version without allocating (r.Proto of an extended
+// CONNECT on HTTP/3 is its :protocol).
+func protoVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 3:
+		return "HTTP/3.0"
+	case r.ProtoMajor == 2:
+		return "HTTP/2.0"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
+		return "HTTP/1.1"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 0:
+		return "HTTP/1.0"
+	}
+	return r.Proto
+}
+
+// requestPath is the request target as the client sent it, without the query: a
+// query may carry a client key (key: query:NAME).
+func requestPath(r *http.Request) string {
+	p := r.RequestURI
+	if p == "" {
+		p = r.URL.Path
+	}
+	p, _, _ = strings.Cut(p, "?")
+	return p
+}
