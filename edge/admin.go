@@ -126,6 +126,7 @@ func (a *admin) routes() http.Handler {
 	mux.HandleFunc("POST /api/v1/bans", a.addBan)
 	mux.HandleFunc("DELETE /api/v1/bans/{prefix...}", a.liftBan)
 	mux.HandleFunc("GET /api/v1/top", a.top)
+	mux.HandleFunc("GET /api/v1/certificates", a.s.serveCertificates) // acme.go
 	mux.HandleFunc("GET /api/v1/stats", a.stats)
 	ui, _ := fs.Sub(uiFiles, "ui")
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", uiHandler(http.FileServerFS(ui))))
@@ -238,6 +239,9 @@ type readiness struct {
 	Listeners string `json:"listeners"`
 	// Store is "local" (quota in memory), "ok" or "breaker_open".
 	Store string `json:"store"`
+	// Certificates is, with tls.acme, "ok" or "missing" (degraded: a domain has no
+	// valid certificate; GET /api/v1/certificates names it); absent without.
+	Certificates string `json:"certificates,omitempty"`
 }
 
 // readyz answers 200 while the public sockets are bound and the server is not shutting
@@ -258,6 +262,10 @@ func (a *admin) readyz(w http.ResponseWriter, r *http.Request) {
 		if a.m.breakerOpen() {
 			rd.Store, rd.Status = "breaker_open", "degraded"
 		}
+	}
+	rd.Certificates = a.s.acmeReadiness()
+	if rd.Certificates == "missing" {
+		rd.Status = "degraded"
 	}
 	status := http.StatusOK
 	if rd.Listeners != "up" {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,15 +35,9 @@ func (s *Store) Blobs(prefix string) *Blobs {
 	return &Blobs{rdb: s.rdb, prefix: prefix}
 }
 
-// ErrNoBlob is returned by Get and Stat for a name that holds no value.
-var ErrNoBlob = errors.New("redisstore: no such blob")
-
-// BlobInfo describes one stored value.
-type BlobInfo struct {
-	Name     string
-	Size     int64
-	Modified time.Time
-}
+// ErrNoBlob is returned by Get and Stat for a name that holds no value. It wraps
+// fs.ErrNotExist, as a file system's answer would.
+var ErrNoBlob = fmt.Errorf("redisstore: no such blob: %w", fs.ErrNotExist)
 
 // The fields of a blob's hash.
 const (
@@ -84,26 +79,26 @@ func (b *Blobs) Get(ctx context.Context, name string) ([]byte, error) {
 }
 
 // Stat returns the size and write time of the value under name, or ErrNoBlob.
-func (b *Blobs) Stat(ctx context.Context, name string) (BlobInfo, error) {
+func (b *Blobs) Stat(ctx context.Context, name string) (size int64, modified time.Time, err error) {
 	key := b.blobKey(name)
-	var size *redis.IntCmd
+	var n *redis.IntCmd
 	var mod *redis.StringCmd
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		size = p.HStrLen(ctx, key, blobValue)
+	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.HStrLen(ctx, key, blobValue)
 		mod = p.HGet(ctx, key, blobModified)
 		return nil
 	})
 	if errors.Is(err, redis.Nil) {
-		return BlobInfo{}, fmt.Errorf("%w: %s", ErrNoBlob, name)
+		return 0, time.Time{}, fmt.Errorf("%w: %s", ErrNoBlob, name)
 	}
 	if err != nil {
-		return BlobInfo{}, err
+		return 0, time.Time{}, err
 	}
 	ms, err := strconv.ParseInt(mod.Val(), 10, 64)
 	if err != nil {
-		return BlobInfo{}, fmt.Errorf("redisstore: blob %s: write time %q: %w", name, mod.Val(), err)
+		return 0, time.Time{}, fmt.Errorf("redisstore: blob %s: write time %q: %w", name, mod.Val(), err)
 	}
-	return BlobInfo{Name: name, Size: size.Val(), Modified: time.UnixMilli(ms)}, nil
+	return n.Val(), time.UnixMilli(ms), nil
 }
 
 // Delete removes the value under name; a name that holds none is not an error.

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"slices"
 	"testing"
 	"time"
@@ -34,14 +35,14 @@ func TestBlobs(t *testing.T) {
 	if want := []string{"certificates/a/a.crt", "certificates/b/b.crt"}; err != nil || !slices.Equal(names, want) {
 		t.Fatalf("List = %q, %v; want %q", names, err, want)
 	}
-	info, err := b.Stat(ctx, "acme/users/x.json")
-	if err != nil || info.Size != int64(len("value of acme/users/x.json")) || info.Modified.Before(before) {
-		t.Fatalf("Stat = %+v, %v", info, err)
+	size, mod, err := b.Stat(ctx, "acme/users/x.json")
+	if err != nil || size != int64(len("value of acme/users/x.json")) || mod.Before(before) {
+		t.Fatalf("Stat = %d, %v, %v", size, mod, err)
 	}
 	if err := b.Delete(ctx, "certificates/a/a.crt"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Stat(ctx, "certificates/a/a.crt"); !errors.Is(err, ErrNoBlob) {
+	if _, _, err := b.Stat(ctx, "certificates/a/a.crt"); !errors.Is(err, ErrNoBlob) || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Stat after Delete: %v, want ErrNoBlob", err)
 	}
 	if names, _ := b.List(ctx, ""); len(names) != 2 {
