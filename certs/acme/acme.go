@@ -20,6 +20,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,8 +123,9 @@ type Manager struct {
 	started atomic.Bool
 	errors  atomic.Uint64
 
-	ctx    context.Context // ends with Close, and with it all ACME work
-	cancel context.CancelFunc
+	ctx       context.Context // ends with Close, and with it all ACME work
+	cancel    context.CancelFunc
+	closeOnce sync.Once
 }
 
 // New prepares a Manager: storage (the directory is created) and the ACME issuer.
@@ -241,9 +243,12 @@ func (m *Manager) Start(ln Listeners) error {
 }
 
 // Close stops renewals and any order in progress. The certificates stay in storage.
+// Calling it again does nothing.
 func (m *Manager) Close() {
-	m.cancel()
-	m.cache.Stop()
+	m.closeOnce.Do(func() {
+		m.cancel()
+		m.cache.Stop()
+	})
 }
 
 // Domains returns the managed names, lower-case. The slice must not be modified.

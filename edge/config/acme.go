@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -199,7 +200,7 @@ func ReadCARoots(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(string(b), "-----BEGIN CERTIFICATE-----") {
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
 		return nil, fmt.Errorf("%s: %w", path, ErrNoPEMCertificate)
 	}
 	return b, nil
