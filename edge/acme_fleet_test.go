@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,39 @@ func TestACMEFleet(t *testing.T) {
 		if strings.Contains(e.log.String(), "PRIVATE KEY") {
 			t.Fatalf("edge %d logged a private key", i)
 		}
+	}
+}
+
+// TestACMERedisDownAtStart: an edge whose shared storage (storage: redis) cannot be
+// read at start serves on, says degraded, and reads storage again with backoff: once
+// Redis is back it obtains its certificate.
+func TestACMERedisDownAtStart(t *testing.T) {
+	r := startRedis(t)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.kill()
+	ca := newPebble(t)
+	e := newACMEEdge(t, ca, func(c *config.Config) {
+		c.Redis = &config.RedisConfig{URL: r.url}
+		c.TLS.ACME.Storage = config.StorageRedis
+		c.TLS.ACME.Challenges = []string{"tls-alpn-01"}
+	}, Options{})
+	ca.Start(pebbleOptions{TLSPort: e.port})
+	e.serve()
+	if !strings.Contains(e.log.String(), "cannot read the certificate's storage; retrying in the background") {
+		t.Fatalf("no word of the unreadable storage:\n%s", e.log.String())
+	}
+	var rd readiness
+	if adminGet(t, e.Server, "/readyz", &rd); rd.Status != "degraded" {
+		t.Fatalf("/readyz = %+v, want degraded", rd)
+	}
+	r.start(t, bin)
+	restarted := time.Now()
+	leaf := e.waitACME(t, acmeDomain, 30*time.Second)
+	t.Logf("obtained %v after Redis came back (storage is read again every 5 s at first)", time.Since(restarted))
+	if got := handshakeEach(t, e.port, ca.Root(), acmeDomain); got != leaf.SerialNumber.Text(16) {
+		t.Fatalf("served %s, obtained %s", got, leaf.SerialNumber.Text(16))
 	}
 }

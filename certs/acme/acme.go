@@ -121,6 +121,7 @@ type Manager struct {
 
 	loaded  atomic.Bool
 	started atomic.Bool
+	unread  []string // domains whose storage Load could not read; set before Start
 	errors  atomic.Uint64
 
 	ctx       context.Context // ends with Close, and with it all ACME work
@@ -203,19 +204,66 @@ type Listeners struct {
 // logged, counted and returned after every domain has been tried. Start calls it
 // unless it was called before.
 func (m *Manager) Load() error {
-	m.loaded.Store(true)
+	if !m.loaded.CompareAndSwap(false, true) {
+		return errors.New("acme: Load called twice")
+	}
 	var errs []error
 	for _, d := range m.cfg.Domains {
-		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
-		_, err := m.magic.CacheManagedCertificate(ctx, d)
-		cancel()
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := m.loadOne(d); err != nil {
 			m.countError()
-			m.log.Error("cannot load the certificate from storage; obtaining one", "domain", d, "error", err)
+			m.log.Error("cannot read the certificate's storage; retrying in the background", "domain", d, "error", err)
+			m.unread = append(m.unread, d)
 			errs = append(errs, fmt.Errorf("acme: %s: %w", d, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// loadOne caches the stored certificate of d; nil also when storage has none.
+func (m *Manager) loadOne(d string) error {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	_, err := m.magic.CacheManagedCertificate(ctx, d)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Backoff of retryStorage: from storageRetry doubling up to storageRetryMax.
+const (
+	storageRetry    = 5 * time.Second
+	storageRetryMax = 5 * time.Minute
+)
+
+// retryStorage reads storage again for the domains Load could not read (a shared
+// store that was down at start), with backoff, and manages each once it can: without
+// it, certmagic would never manage them, taking the storage error for its answer.
+func (m *Manager) retryStorage(domains []string) {
+	wait := storageRetry
+	for len(domains) > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var left []string
+		for _, d := range domains {
+			if err := m.loadOne(d); err != nil {
+				m.countError()
+				m.log.Debug("storage still unreadable", "domain", d, "error", err)
+				left = append(left, d)
+				continue
+			}
+			m.log.Info("storage readable again", "domain", d)
+			if err := m.magic.ManageAsync(m.ctx, []string{d}); err != nil {
+				m.log.Error("cannot manage the certificate", "domain", d, "error", err)
+			}
+		}
+		domains, wait = left, min(2*wait, storageRetryMax)
+	}
 }
 
 // Start loads what storage has (unless Load did), then obtains the missing
@@ -235,9 +283,19 @@ func (m *Manager) Start(ln Listeners) error {
 		errs = append(errs, m.Load())
 	}
 	// Stored certificates are managed now (renewed by the maintenance loop); the
-	// others are obtained in the background, with certmagic's retries and backoff.
-	if err := m.magic.ManageAsync(m.ctx, m.cfg.Domains); err != nil {
+	// others are obtained in the background, with certmagic's retries and backoff;
+	// those whose storage could not be read are retried until it can.
+	var readable []string
+	for _, d := range m.cfg.Domains {
+		if !slices.Contains(m.unread, d) {
+			readable = append(readable, d)
+		}
+	}
+	if err := m.magic.ManageAsync(m.ctx, readable); err != nil {
 		errs = append(errs, fmt.Errorf("acme: %w", err))
+	}
+	if len(m.unread) > 0 {
+		go m.retryStorage(slices.Clone(m.unread))
 	}
 	return errors.Join(errs...)
 }
