@@ -156,4 +156,3 @@ func TestACMECADown(t *testing.T) {
 		t.Fatalf("/readyz with a valid stored certificate and the CA down = %+v", rd)
 	}
 }
-
