@@ -18,8 +18,9 @@ import (
 
 // TestACMERenewalUnderLoad: pebble issues 30-second certificates (and refuses 5 % of
 // good nonces, which the client must retry); the edge renews in the second half of
-// each certificate's life. While HTTP/3 and HTTP/2 clients send requests without
-// pause, the renewed certificate replaces the old one — new handshakes on both
+// each certificate's life. While two HTTP/3 and two HTTP/2 clients send requests one
+// after another (paced to some 200 requests a second each, so as not to starve a shared
+// machine), the renewed certificate replaces the old one — new handshakes on both
 // protocols see the new serial — and not one request fails.
 func TestACMERenewalUnderLoad(t *testing.T) {
 	ca := newPebble(t)
@@ -39,11 +40,13 @@ func TestACMERenewalUnderLoad(t *testing.T) {
 	for _, proto := range []string{"h3", "h3", "h2", "h2"} {
 		c := trustingClient(t, proto, roots, acmeDomain)
 		wg.Go(func() {
+			pace := time.NewTicker(5 * time.Millisecond)
+			defer pace.Stop()
 			for {
 				select {
 				case <-stop:
 					return
-				default:
+				case <-pace.C:
 				}
 				resp, err := c.Get(url)
 				if err == nil {
@@ -106,7 +109,7 @@ func TestACMERenewalUnderLoad(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Fatalf("%d requests failed during renewal; first: %v", n, firstErr.Load())
 	}
-	if ok.Load() < 100 {
+	if ok.Load() < 1000 {
 		t.Fatalf("only %d requests: no load to speak of", ok.Load())
 	}
 }

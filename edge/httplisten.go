@@ -80,7 +80,7 @@ func (s *Server) servePlainHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
 		host = "[" + host + "]"
 	}
-	w.Header().Set("Connection", "close")
+	w.Header().Set("Connection", "close") // the client's next request goes to https
 	http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
 }
 
