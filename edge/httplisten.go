@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,7 +19,7 @@ type plainHTTP struct {
 // listenPlain binds http_listen, if set (Listen).
 func (s *Server) listenPlain() error {
 	addr := s.config().HTTPListen
-	if addr == "" {
+	if addr == "" || s.plain != nil { // a second Listen fails on its own
 		return nil
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -85,21 +84,16 @@ func (s *Server) servePlainHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // closeACME closes http_listen and stops the ACME manager (closeSockets, before the
-// Redis connection that storage: redis uses is closed).
-func (s *Server) closeACME(ctx context.Context) error {
+// Redis connection that storage: redis uses is closed). http_listen closes at once
+// even on a graceful shutdown: it holds only redirects and validations, which a client
+// simply repeats.
+func (s *Server) closeACME() error {
 	var err error
 	if s.plain != nil {
-		err = s.plain.srv.Shutdown(ctx)
-		if err != nil {
-			s.plain.srv.Close()
-		}
-		s.plain.ln.Close()
+		err = errors.Join(s.plain.srv.Close(), ignoreClosed(s.plain.ln.Close()))
 	}
 	if s.acme != nil {
 		s.acme.Close()
-	}
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
 	}
 	return err
 }

@@ -548,9 +548,7 @@ func (s *Server) Reload() error {
 func (s *Server) closeSockets() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	errs := []error{s.closeACME(ctx)} // before Redis: storage: redis uses it
+	errs := []error{s.closeACME()} // before Redis: storage: redis uses it
 	if s.redis != nil {
 		errs = append(errs, s.redis.Close())
 		s.redis = nil
