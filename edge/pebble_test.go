@@ -130,14 +130,19 @@ func (p *pebbleCA) Start(o pebbleOptions) {
 	}
 	t.Cleanup(p.Kill)
 	c := p.client()
-	waitFor(t, 10*time.Second, func() bool {
+	for deadline := time.Now().Add(10 * time.Second); ; {
 		resp, err := c.Get(p.DirURL)
-		if err != nil {
-			return false
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+		if time.Now().After(deadline) {
+			t.Fatalf("pebble's directory did not answer within 10 s (%v); its log:\n%s", err, p.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Kill stops pebble at once, as a CA outage.
