@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"testing"
 	"time"
@@ -30,6 +32,9 @@ type acmeEdge struct {
 	port int
 	log  *syncBuffer
 	done chan error
+
+	served   bool // set by serve, on the test's goroutine
+	stopOnce sync.Once
 }
 
 // newACMEEdge makes and binds an edge with tls.acme pointed at ca.
@@ -75,21 +80,22 @@ func newACMEEdge(t testing.TB, ca *pebbleCA, mutate func(*config.Config), opts O
 	return e
 }
 
-func (e *acmeEdge) serve() { go func() { e.done <- e.Serve() }() }
+func (e *acmeEdge) serve() {
+	e.served = true
+	go func() { e.done <- e.Serve() }()
+}
 
-// stop closes the edge (once) and checks how Serve ended.
+// stop closes the edge (once) and, if it served, checks how Serve ended.
 func (e *acmeEdge) stop(t testing.TB) {
-	if e.Close(); e.done == nil {
-		return
-	}
-	select {
-	case err := <-e.done:
-		if err != nil && err != http.ErrServerClosed {
+	e.stopOnce.Do(func() {
+		e.Close()
+		if !e.served {
+			return
+		}
+		if err := <-e.done; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("Serve: %v", err)
 		}
-	default:
-	}
-	e.done = nil
+	})
 }
 
 // waitACME waits until the edge serves an ACME certificate for name.
