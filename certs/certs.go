@@ -203,6 +203,7 @@ const maxName = 253
 // snapshot is one load's immutable lookup table.
 type snapshot struct {
 	def      *tls.Certificate
+	all      []*tls.Certificate          // in configuration order, def first
 	exact    map[string]*tls.Certificate // lower-case DNS SAN → certificate
 	wildcard map[string]*tls.Certificate // "example.com" for a "*.example.com" SAN
 	pin      string
@@ -214,6 +215,7 @@ type snapshot struct {
 func newSnapshot(certs []*tls.Certificate, dev bool) *snapshot {
 	s := &snapshot{
 		def:      certs[0],
+		all:      certs,
 		exact:    make(map[string]*tls.Certificate),
 		wildcard: make(map[string]*tls.Certificate),
 		dev:      dev,

@@ -23,7 +23,10 @@ func (s *Server) adminHandler() http.Handler {
 		Top:         s.metrics.top,
 		Gatherer:    s.registry,
 		Connections: func() int { return s.guard.Stats().Open },
-		Logger:      s.log,
+		Extra: map[string]http.Handler{
+			"GET /api/v1/certificates": http.HandlerFunc(s.serveCertificates), // acme.go
+		},
+		Logger: s.log,
 	}
 }
 
@@ -46,6 +49,7 @@ func (s *Server) readiness() admin.Readiness {
 			rd.Store = "breaker_open"
 		}
 	}
+	rd.Certificates = s.acmeReadiness()
 	return rd
 }
 

@@ -32,6 +32,14 @@ var restartFields = []string{
 	"redis.tls",
 	"redis.timeout",
 	"abuse.share",
+	// The plain HTTP socket, and the ACME manager with its storage and schedule.
+	"http_listen",
+	"tls.acme.email",
+	"tls.acme.domains",
+	"tls.acme.ca",
+	"tls.acme.ca_roots",
+	"tls.acme.challenges",
+	"tls.acme.storage",
 }
 
 // reloadConfig loads the configuration again and applies it without dropping a

@@ -22,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/certs/acme"
 	"github.com/h3edge/h3edge/edge/accesslog"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
@@ -126,6 +127,11 @@ type Server struct {
 	h12      *http.Server
 	shutdown bool
 
+	// acme obtains and renews tls.acme's certificates (nil without it), plain serves
+	// http_listen (nil without it): acme.go, httplisten.go.
+	acme  *acme.Manager
+	plain *plainHTTP
+
 	done       chan struct{} // closed when the server stops, ending background work
 	kernelBans chan struct{} // wakes runKernelBans: the bans changed
 }
@@ -149,6 +155,7 @@ type Options struct {
 
 	redisPlansEvery time.Duration // tests: keys.redis_hash's period (redisPlansEvery)
 	headerTimeout   time.Duration // tests: the header read timeout; zero: readHeaderTimeout
+	acme            acmeTuning    // tests: the ACME renewal schedule
 }
 
 // headerTimeout is the header read timeout in force (Options.headerTimeout).
@@ -189,6 +196,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.rejectLog = newSampler(10)
 	s.upstreamLog = newSampler(10)
 	if err := s.initGlobal(cfg); err != nil {
+		return nil, err
+	}
+	if err := s.initACME(cfg); err != nil {
 		return nil, err
 	}
 	if hash := cfg.Keys.RedisHash; hash != "" {
@@ -235,10 +245,8 @@ func (s *Server) newCerts(cfg *config.Config) (*certs.Store, error) {
 // tlsConfig is a TLS configuration whose certificates come from the store in force, so
 // a reload that replaces the store needs no new listener.
 func (s *Server) tlsConfig(nextProtos ...string) *tls.Config {
-	c := s.certs.Load().ServerConfig(nextProtos...)
-	c.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-		return s.certs.Load().GetCertificate(h)
-	}
+	c := s.certs.Load().ServerConfig(s.withACMEProtocol(nextProtos)...)
+	c.GetCertificate = s.getCertificate
 	return c
 }
 
@@ -304,6 +312,11 @@ func (s *Server) Listen() error {
 				continue
 			}
 			return fmt.Errorf("edge: %w", err) // "listen udp ADDR: …"
+		}
+		if err := s.listenPlain(); err != nil {
+			tcpLn.Close()
+			udpConn.Close()
+			return err
 		}
 		adm, err := admin.Listen(s.config().Admin, s.adminHandler(), s.log)
 		if err != nil {
@@ -430,6 +443,8 @@ func (s *Server) Serve() error {
 	}()
 	go s.watchFiles(s.done)
 	go s.runKernelBans(s.done)
+	s.servePlain()
+	s.startACME()
 	errc := make(chan error, 2)
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
@@ -543,7 +558,7 @@ func (s *Server) Reload() error {
 func (s *Server) closeSockets() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
+	errs := []error{s.closeACME()} // before Redis: storage: redis uses it
 	if s.redis != nil {
 		errs = append(errs, s.redis.Close())
 		s.redis = nil

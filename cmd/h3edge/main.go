@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/h3edge/h3edge/edge"
@@ -93,7 +94,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := loadConfig(*file, nil)
 	if err == nil {
-		err = cfg.ValidateFiles() // keys.file, as the server will read it
+		err = cfg.ValidateFiles() // tls.acme.ca_roots and keys.file, as the server will read them
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -200,6 +201,13 @@ func serve(args []string, stderr io.Writer) int {
 		attrs = append(attrs, "certificate", "self-signed development", "spki_pin", srv.Certs().Pin())
 	} else {
 		attrs = append(attrs, "spki_pin", srv.Certs().Pin())
+	}
+	if a := cfg.TLS.ACME; a != nil {
+		// The development certificate above is then only the fallback for other names.
+		attrs = append(attrs, "acme_domains", strings.Join(a.Domains, ","), "acme_ca", a.CA)
+	}
+	if cfg.HTTPListen != "" {
+		attrs = append(attrs, "http_listen", cfg.HTTPListen)
 	}
 	if a := srv.AdminAddr(); a != nil {
 		attrs = append(attrs, "admin", a.String())

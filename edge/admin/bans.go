@@ -73,7 +73,7 @@ func (h *Handler) listBans(w http.ResponseWriter, r *http.Request) {
 	if bans == nil {
 		bans = []Ban{}
 	}
-	writeJSON(w, http.StatusOK, banListBody{Bans: bans})
+	WriteJSON(w, http.StatusOK, banListBody{Bans: bans})
 }
 
 // addBan bans a prefix: 201 with the ban.
@@ -121,7 +121,7 @@ func (h *Handler) addBan(w http.ResponseWriter, r *http.Request) {
 	}
 	h.logger().Info("admin: ban", "prefix", p, "until", b.Until, "reason", reason)
 	w.Header().Set("Location", "/api/v1/bans/"+p.String())
-	writeJSON(w, http.StatusCreated, b)
+	WriteJSON(w, http.StatusCreated, b)
 }
 
 // liftBan ends a ban: 204, or 404 when the prefix is not banned. The prefix is the rest

@@ -24,7 +24,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusInternalServerError, err.Error(), nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	WriteJSON(w, http.StatusOK, v)
 }
 
 // reloadSummary is the body of a successful POST /api/v1/reload.
@@ -52,5 +52,5 @@ func (h *Handler) reload(w http.ResponseWriter, r *http.Request) {
 	for _, p := range cfg.Policies {
 		sum.Policies = append(sum.Policies, p.Name)
 	}
-	writeJSON(w, http.StatusOK, sum)
+	WriteJSON(w, http.StatusOK, sum)
 }

@@ -6,12 +6,16 @@ import "net/http"
 // the handler sets Status from them.
 type Readiness struct {
 	// Status is "ready", "degraded" (serving, but the store's breaker is open and
-	// decisions follow on_store_failure) or "not_ready" (503).
+	// decisions follow on_store_failure, or a tls.acme domain has no certificate) or
+	// "not_ready" (503).
 	Status string `json:"status"`
 	// Listeners is "up", "down" (not bound yet) or "shutting_down".
 	Listeners string `json:"listeners"`
 	// Store is "local" (quota in memory), "ok" (Redis answers) or "breaker_open".
 	Store string `json:"store"`
+	// Certificates is, with tls.acme, "ok" or "missing" (degraded: a domain has no
+	// valid certificate; GET /api/v1/certificates names it); absent without.
+	Certificates string `json:"certificates,omitempty"`
 }
 
 // readiness asks the Ready hook and derives the status.
@@ -23,7 +27,7 @@ func (h *Handler) readiness() Readiness {
 	switch {
 	case rd.Listeners != "up":
 		rd.Status = "not_ready"
-	case rd.Store == "breaker_open":
+	case rd.Store == "breaker_open", rd.Certificates == "missing":
 		rd.Status = "degraded"
 	default:
 		rd.Status = "ready"
@@ -45,5 +49,5 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if rd.Status == "not_ready" {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, rd)
+	WriteJSON(w, status, rd)
 }

@@ -25,8 +25,9 @@ func writeProblem(w http.ResponseWriter, status int, detail string, errs []strin
 		Detail: detail, Errors: errs})
 }
 
-// writeJSON answers v as indented JSON.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers v as indented JSON, as the API's own endpoints do; for Extra
+// endpoints.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)

@@ -170,7 +170,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		list := h.Bans.List(now)
 		b.Bans.List = list[:min(len(list), 100)]
 	}
-	writeJSON(w, http.StatusOK, b)
+	WriteJSON(w, http.StatusOK, b)
 }
 
 // decisions reads ratelimit_decisions_total and the held units by policy, in the

@@ -144,5 +144,5 @@ func (h *Handler) top(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, h.Top.rows(n))
+	WriteJSON(w, http.StatusOK, h.Top.rows(n))
 }

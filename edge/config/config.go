@@ -15,6 +15,10 @@ type Config struct {
 	// Listen is the host:port for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3); port 0
 	// picks a free one. If empty, ":8443" is used.
 	Listen string `yaml:"listen"`
+	// HTTPListen is a host:port for plain HTTP that answers ACME HTTP-01 challenges
+	// and redirects every other request to https with 308. If empty, there is none.
+	// (DESIGN.md §10.)
+	HTTPListen string `yaml:"http_listen,omitempty"`
 	// AltSvc is the Alt-Svc field value sent on HTTP/1.1 and HTTP/2 responses.
 	// If nil (absent, or written as "alt_svc:" with no value), `h3=":PORT"; ma=86400`
 	// derived from Listen is used; "" disables it. See AltSvcValue.
@@ -82,6 +86,9 @@ type TLSConfig struct {
 	// Certificates are PEM pairs chosen by SNI. If empty, a self-signed development
 	// certificate for localhost, 127.0.0.1 and ::1 is generated once and cached.
 	Certificates []CertPair `yaml:"certificates"`
+	// ACME obtains and renews certificates from an ACME CA (acme.go). If nil, there
+	// is no ACME. With Certificates too, a file's names win for SNI.
+	ACME *ACMEConfig `yaml:"acme,omitempty"`
 }
 
 // CertPair names one PEM certificate chain and its private key.

@@ -384,6 +384,28 @@ var validationCases = []validationCase{
 	{"tls pairs", "tls: {certificates: [{cert: a.pem}, {key: b.key}]}", []string{
 		"tls.certificates[0].key: required: the path of the PEM private key",
 		"tls.certificates[1].cert: required: the path of a PEM certificate chain"}},
+	{"http_listen not host:port", "http_listen: 80\n", []string{`http_listen: must be host:port, such as ":80" (got "80")`}},
+	{"http_listen on the public port", "listen: \":8443\"\nhttp_listen: \"127.0.0.1:8443\"\n", []string{"http_listen: must not be the public listen address (:8443)"}},
+	{"http_listen on the admin port", "http_listen: \"127.0.0.1:9090\"\n", []string{"http_listen: must not be the admin listen address (127.0.0.1:9090)"}},
+	{"acme valid", "http_listen: \":80\"\ntls: {acme: {email: ops@example.com, domains: [api.example.com, www.example.com.], challenges: [http-01, tls-alpn-01]}}", nil},
+	{"acme domains required", "tls: {acme: {email: ops@example.com}}", []string{"tls.acme.domains: required: the names to obtain certificates for"}},
+	{"acme domains", `tls: {acme: {domains: ["*.example.com", 192.0.2.1, "[::1]", "a..b", "-a.example", "a_b.example", API.example.com, api.example.com]}}`, []string{
+		`tls.acme.domains[0]: a wildcard needs the dns-01 challenge, which h3edge does not have built in; list each name (got "*.example.com")`,
+		`tls.acme.domains[1]: is an IP address; ACME certificates here are for DNS names`,
+		`tls.acme.domains[2]: is an IP address`,
+		`tls.acme.domains[3]: must be a DNS name such as api.example.com: labels of 1 to 63 letters, digits and inner hyphens (got "a..b")`,
+		`tls.acme.domains[4]: must be a DNS name`,
+		`tls.acme.domains[5]: must be a DNS name`,
+		`tls.acme.domains[7]: "api.example.com" is already tls.acme.domains[6]`}},
+	{"acme email", "tls: {acme: {email: ops, domains: [a.example]}}", []string{`tls.acme.email: must be an e-mail address such as ops@example.com (got "ops")`}},
+	{"acme ca", "tls: {acme: {ca: http://acme.example/dir, domains: [a.example]}}", []string{`tls.acme.ca: must be an absolute https URL such as https://acme-v02.api.letsencrypt.org/directory (got "http://acme.example/dir")`}},
+	{"acme ca_roots empty", `tls: {acme: {ca_roots: [""], domains: [a.example]}}`, []string{"tls.acme.ca_roots[0]: must be the path of a PEM file of CA certificates"}},
+	{"acme challenges", "tls: {acme: {challenges: [dns-01, http-01, http-01], domains: [a.example]}}", []string{
+		`tls.acme.challenges[0]: unknown challenge type "dns-01"; use one of tls-alpn-01, http-01`,
+		`tls.acme.challenges[1]: http-01 needs http_listen, where the CA connects over plain HTTP (port 80): set http_listen: ":80", or answer tls-alpn-01 only`,
+		`tls.acme.challenges[2]: "http-01" is listed twice`,
+		`tls.acme.challenges[2]: http-01 needs http_listen`}},
+	{"acme storage redis without redis", "tls: {acme: {storage: redis, domains: [a.example]}}", []string{"tls.acme.storage: redis needs redis: configure redis.url"}},
 	{"redis empty", "redis: {}", []string{"redis: set one of url, cluster or sentinel"}},
 	{"redis two kinds", "redis: {url: redis://a:6379, cluster: [b:6379]}", []string{"redis: set only one of url, cluster and sentinel"}},
 	{"redis url scheme", "redis: {url: http://a:6379}", []string{`redis.url: must be an absolute redis or rediss URL such as redis://127.0.0.1:6379/0 (got "http://a:6379")`}},
@@ -723,6 +745,13 @@ var configFields = map[string]struct {
 	"trusted_proxies":               {def: "[]", checked: true},
 	"tls.certificates[].cert":       {def: "", checked: true},
 	"tls.certificates[].key":        {def: "", checked: true},
+	"http_listen":                   {def: "", checked: true},
+	"tls.acme.email":                {def: "", checked: true},
+	"tls.acme.domains":              {def: "[]", checked: true},
+	"tls.acme.ca":                   {def: "https://acme-v02.api.letsencrypt.org/directory", checked: true},
+	"tls.acme.ca_roots":             {def: "[]", checked: true},
+	"tls.acme.challenges":           {def: "[tls-alpn-01]", checked: true},
+	"tls.acme.storage":              {def: ""},
 	"redis.url":                     {def: "", checked: true},
 	"redis.cluster":                 {def: "[]", checked: true},
 	"redis.sentinel.master":         {def: "", checked: true},
@@ -882,11 +911,27 @@ func allocate(v reflect.Value) {
 // from config.go.
 func fieldDocs(t *testing.T) func(path string) []string {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "config.go", nil, parser.ParseComments)
+	// The types live in config.go and, one concern to a file, beside it (acme.go).
+	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	docs := map[string]string{} // "Type.Field"
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inspectDocs(f, docs)
+	}
+	return fieldDocsOf(docs)
+}
+
+// inspectDocs records the doc comment of every struct field of f as docs["Type.Field"].
+func inspectDocs(f *ast.File, docs map[string]string) {
 	ast.Inspect(f, func(n ast.Node) bool {
 		ts, ok := n.(*ast.TypeSpec)
 		if !ok {
@@ -901,6 +946,10 @@ func fieldDocs(t *testing.T) func(path string) []string {
 		}
 		return false
 	})
+}
+
+// fieldDocsOf returns the doc comments along a field path, from docs.
+func fieldDocsOf(docs map[string]string) func(path string) []string {
 	return func(path string) []string {
 		var along []string
 		typ := reflect.TypeFor[Config]()

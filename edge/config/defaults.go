@@ -33,6 +33,7 @@ func (c *Config) ApplyDefaults() {
 		c.Redis.Timeout = cmp.Or(c.Redis.Timeout, defaultRedisTimeout)
 	}
 	c.Admin.Listen = cmp.Or(c.Admin.Listen, defaultAdminListen)
+	c.acmeDefaults()
 
 	ip := &c.IP
 	ip.Connections.defaults(20)

@@ -196,12 +196,15 @@ func (c *Config) Validate() error {
 	return c.report(c.problems(), c.unsupported())
 }
 
-// ValidateFiles reads the files the configuration names for their content, keys.file,
-// and reports their problems as a ValidationError placed in those files (a repeated
+// ValidateFiles reads the files the configuration names for their content,
+// tls.acme.ca_roots and keys.file, and reports their problems as a ValidationError placed in those files (a repeated
 // key with the line it is already set on); an error reading one as it is. Validate
 // reads no file; h3edge validate calls both, and the server reads keys.file itself
 // when it starts and reloads.
 func (c *Config) ValidateFiles() error {
+	if err := c.validateACMEFiles(); err != nil {
+		return err
+	}
 	if c.Keys == nil || c.Keys.File == "" {
 		return nil
 	}
@@ -448,6 +451,7 @@ func (c *Config) problems() checker {
 			k.add(path+".key", "required: the path of the PEM private key")
 		}
 	}
+	c.checkACME(&k)
 	c.checkRedis(&k)
 	c.checkAdmin(&k)
 	c.checkIP(&k)

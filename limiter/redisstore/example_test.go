@@ -73,3 +73,28 @@ func Example_storeFailure() {
 	}
 	fmt.Println(allowed, st.Breaker())
 }
+
+// Blobs keeps a few named values and a lock that a fleet shares: one edge takes the
+// lock for a lease, does the work once, stores the result for the others and lets
+// go. (No Output: it needs a Redis.)
+func ExampleStore_Blobs() {
+	st, err := redisstore.New(redisstore.Config{URL: "redis://127.0.0.1:6379/0"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer st.Close()
+	b := st.Blobs("h3edge:acme:")
+	ctx := context.Background()
+	token, ok, err := b.TryLock(ctx, "issue_cert_api.example.com", 30*time.Second)
+	if err != nil || !ok {
+		fmt.Println("another edge holds the lock, or Redis cannot be reached:", err)
+		return
+	}
+	// Extend the lease while the work takes longer; release it when done.
+	defer b.Unlock(ctx, "issue_cert_api.example.com", token)
+	if err := b.Put(ctx, "certificates/api.example.com.crt", []byte("-----BEGIN CERTIFICATE-----…")); err != nil {
+		fmt.Println(err)
+	}
+	names, _ := b.List(ctx, "certificates/")
+	fmt.Println(names)
+}

@@ -1,0 +1,213 @@
+package edge
+
+import (
+	"cmp"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/certs/acme"
+	"github.com/h3edge/h3edge/edge/admin"
+	"github.com/h3edge/h3edge/edge/config"
+)
+
+// acmeKeyPrefix is where storage: redis keeps certificates, keys, the ACME account and
+// the ordering locks (DESIGN.md §10).
+const acmeKeyPrefix = "h3edge:acme:"
+
+// acmeTuning holds settings of the ACME manager that the configuration file does not
+// have (Options.acme): tests shorten the renewal schedule with them.
+type acmeTuning struct {
+	renewalWindow float64       // acme.Config.RenewalWindow
+	renewCheck    time.Duration // acme.Config.RenewCheck
+}
+
+// initACME builds the ACME manager of tls.acme (nil without it) and loads what its
+// storage holds, so that stored certificates are served from the first handshake.
+// It runs after initGlobal: storage: redis uses the quota store's connection.
+func (s *Server) initACME(cfg *config.Config) error {
+	a := cfg.TLS.ACME
+	if a == nil {
+		return nil
+	}
+	errors := prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "acme_errors_total",
+		Help: "Failed attempts to obtain or renew an ACME certificate, or to load one from storage.",
+	})
+	if err := s.registry.Register(errors); err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	var pems [][]byte
+	for i, path := range a.CARoots {
+		b, err := config.ReadCARoots(path)
+		if err != nil {
+			return fmt.Errorf("edge: tls.acme.ca_roots[%d]: %w", i, err)
+		}
+		pems = append(pems, b)
+	}
+	var roots *x509.CertPool
+	if len(pems) > 0 {
+		p, err := acme.RootsWith(pems...)
+		if err != nil {
+			return fmt.Errorf("edge: tls.acme.ca_roots: %w", err)
+		}
+		roots = p
+	}
+	mc := acme.Config{
+		Domains:       a.Domains,
+		Email:         a.Email,
+		CA:            a.CA,
+		Roots:         roots,
+		Challenges:    a.Challenges,
+		Logger:        s.baseLog,
+		OnError:       errors.Inc,
+		RenewalWindow: s.opts.acme.renewalWindow,
+		RenewCheck:    s.opts.acme.renewCheck,
+	}
+	switch a.Storage {
+	case config.StorageRedis:
+		if s.redis == nil {
+			return fmt.Errorf("edge: tls.acme.storage: redis needs redis: configured")
+		}
+		mc.Blobs = s.redis.Blobs(acmeKeyPrefix)
+	case "":
+		dir := cmp.Or(s.opts.CertCacheDir, certs.DefaultCacheDir())
+		if dir == "" {
+			return fmt.Errorf("edge: tls.acme.storage: no cache directory (set XDG_CACHE_HOME or HOME, or give tls.acme.storage a directory)")
+		}
+		mc.Dir = filepath.Join(dir, "acme")
+	default:
+		mc.Dir = a.Storage
+	}
+	m, err := acme.New(mc)
+	if err != nil {
+		return fmt.Errorf("edge: tls.acme: %w", err)
+	}
+	if err := m.Load(); err != nil {
+		s.log.Warn("ACME storage could not be read at start; serving what loaded", "error", err)
+	}
+	s.acme = m
+	return nil
+}
+
+// startACME starts ordering and renewing, once the listeners that answer challenges
+// are bound (Serve).
+func (s *Server) startACME() {
+	if s.acme == nil {
+		return
+	}
+	host, _, _ := net.SplitHostPort(s.config().Listen)
+	ln := acme.Listeners{Host: host, TLSPort: s.Addr().Port}
+	if addr := s.plainAddr(); addr != nil {
+		ln.HTTPPort = addr.Port
+	}
+	if err := s.acme.Start(ln); err != nil {
+		s.log.Warn("ACME started with problems; retrying in the background", "error", err)
+	}
+}
+
+// getCertificate is the TLS configurations' GetCertificate, for HTTP/3 and TCP alike:
+// a CA's TLS-ALPN-01 validation gets its challenge certificate; otherwise a
+// certificate file's names win, then ACME's, then the files' default, ACME's first
+// domain, and last the development certificate.
+func (s *Server) getCertificate(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	files := s.certs.Load()
+	m := s.acme
+	if m == nil {
+		return files.GetCertificate(h)
+	}
+	if acme.IsChallenge(h) {
+		return m.GetCertificate(h)
+	}
+	dev := files.Development()
+	if !dev {
+		if c := files.Lookup(h.ServerName); c != nil {
+			return c, nil
+		}
+	}
+	if c := m.Lookup(h.ServerName); c != nil {
+		return c, nil
+	}
+	if !dev {
+		return files.GetCertificate(h)
+	}
+	if c := m.Default(); c != nil {
+		return c, nil
+	}
+	return files.GetCertificate(h)
+}
+
+// withACMEProtocol adds acme-tls/1 to a TCP listener's ALPN list when tls.acme
+// answers TLS-ALPN-01, so that a CA's validation handshake succeeds.
+func (s *Server) withACMEProtocol(nextProtos []string) []string {
+	if s.acme == nil || len(nextProtos) == 0 || !slices.Contains(s.config().TLS.ACME.Challenges, acme.TLSALPN01) {
+		return nextProtos
+	}
+	return append(slices.Clip(nextProtos), acme.ALPN)
+}
+
+// acmeReadiness is /readyz's certificates: "" without tls.acme, "missing" (degraded)
+// while a domain has no valid certificate, else "ok".
+func (s *Server) acmeReadiness() string {
+	switch {
+	case s.acme == nil:
+		return ""
+	case len(s.acme.Missing()) > 0:
+		return "missing"
+	}
+	return "ok"
+}
+
+// certificateInfo is one entry of GET /api/v1/certificates: never key material.
+type certificateInfo struct {
+	Names    []string  `json:"names"`
+	Issuer   string    `json:"issuer"`
+	NotAfter time.Time `json:"not_after"`
+	Serial   string    `json:"serial"`
+	// Source is "file", "acme" or "development".
+	Source string `json:"source"`
+}
+
+// certificatesResponse is the body of GET /api/v1/certificates.
+type certificatesResponse struct {
+	Certificates []certificateInfo `json:"certificates"`
+	// Missing are ACME domains without a valid certificate yet.
+	Missing []string `json:"missing"`
+}
+
+// serveCertificates answers GET /api/v1/certificates: every certificate the edge
+// serves, files (or the development certificate) first, then ACME's.
+func (s *Server) serveCertificates(w http.ResponseWriter, _ *http.Request) {
+	resp := certificatesResponse{Certificates: []certificateInfo{}, Missing: []string{}}
+	for _, c := range s.certs.Load().Certificates() {
+		src := "file"
+		if c.Development {
+			src = "development"
+		}
+		resp.Certificates = append(resp.Certificates, certificateInfo{Names: c.Names, Issuer: c.Issuer, NotAfter: c.NotAfter, Serial: c.Serial, Source: src})
+	}
+	if s.acme != nil {
+		for _, c := range s.acme.Certificates() {
+			resp.Certificates = append(resp.Certificates, certificateInfo{Names: c.Names, Issuer: c.Issuer, NotAfter: c.NotAfter, Serial: c.Serial, Source: "acme"})
+		}
+		resp.Missing = append(resp.Missing, s.acme.Missing()...)
+	}
+	admin.WriteJSON(w, http.StatusOK, resp)
+}
+
+// httpsPort is the port in redirects to https: "" for 443.
+func (s *Server) httpsPort() string {
+	if p := s.Addr().Port; p != 443 {
+		return strconv.Itoa(p)
+	}
+	return ""
+}

@@ -1,0 +1,121 @@
+package edge
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/h3edge/h3edge/edge/admin"
+	"github.com/h3edge/h3edge/edge/config"
+)
+
+// TestACMEFleet: three edges share one Redis (storage: redis) and one domain. The
+// shared lock lets one of them order, pebble sees exactly one order, and all three
+// serve the same certificate (same serial) within 10 s. Pebble validates on the first
+// edge's port only, and the first edge starts serving only once another holds the
+// ordering lock: it answers the challenge of an order it did not place, from the
+// shared storage. Everything lives under h3edge:acme:, and no private key is logged.
+func TestACMEFleet(t *testing.T) {
+	r := startRedis(t)
+	ca := newPebble(t)
+	var edges []*acmeEdge
+	for range 3 {
+		edges = append(edges, newACMEEdge(t, ca, func(c *config.Config) {
+			c.Redis = &config.RedisConfig{URL: r.url}
+			c.TLS.ACME.Storage = config.StorageRedis
+			c.TLS.ACME.Challenges = []string{"tls-alpn-01"}
+		}, Options{}))
+	}
+	ca.Start(pebbleOptions{TLSPort: edges[0].port})
+	start := time.Now()
+	edges[1].serve()
+	edges[2].serve()
+	rc := r.client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		locks, _ := rc.Keys(context.Background(), acmeKeyPrefix+"lock:issue_cert_*").Result()
+		return len(locks) > 0
+	})
+	edges[0].serve()
+	serials := make([]string, len(edges))
+	waitFor(t, 10*time.Second, func() bool {
+		for i, e := range edges {
+			c := e.acme.Lookup(acmeDomain)
+			if c == nil {
+				return false
+			}
+			serials[i] = c.Leaf.SerialNumber.Text(16)
+		}
+		return serials[0] == serials[1] && serials[1] == serials[2]
+	})
+	took := time.Since(start)
+	roots := ca.Root()
+	for i, e := range edges {
+		if got := handshakeEach(t, e.port, roots, acmeDomain); got != serials[0] {
+			t.Fatalf("edge %d serves serial %s, the fleet %s", i, got, serials[0])
+		}
+	}
+	if n := ca.Orders(); n != 1 {
+		t.Fatalf("pebble took %d orders for one domain and three edges, want 1", n)
+	}
+	t.Logf("three edges serve serial %s %v after start; pebble took %d order", serials[0], took, ca.Orders())
+
+	if strings.Contains(edges[0].log.String(), "certificate obtained") {
+		t.Fatal("the first edge ordered, though it started after another held the lock")
+	}
+	keys, err := rc.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acmeKeys int
+	for _, k := range keys {
+		if strings.HasPrefix(k, acmeKeyPrefix) {
+			acmeKeys++
+		} else if strings.Contains(k, "acme") || strings.Contains(k, "certificates/") {
+			t.Errorf("ACME state outside %s: %s", acmeKeyPrefix, k)
+		}
+	}
+	if acmeKeys < 3 { // at least the certificate, its key and the index
+		t.Fatalf("only %d keys under %s: %q", acmeKeys, acmeKeyPrefix, keys)
+	}
+	for i, e := range edges {
+		if strings.Contains(e.log.String(), "PRIVATE KEY") {
+			t.Fatalf("edge %d logged a private key", i)
+		}
+	}
+}
+
+// TestACMERedisDownAtStart: an edge whose shared storage (storage: redis) cannot be
+// read at start serves on, says degraded, and reads storage again with backoff: once
+// Redis is back it obtains its certificate.
+func TestACMERedisDownAtStart(t *testing.T) {
+	r := startRedis(t)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.kill()
+	ca := newPebble(t)
+	e := newACMEEdge(t, ca, func(c *config.Config) {
+		c.Redis = &config.RedisConfig{URL: r.url}
+		c.TLS.ACME.Storage = config.StorageRedis
+		c.TLS.ACME.Challenges = []string{"tls-alpn-01"}
+	}, Options{})
+	ca.Start(pebbleOptions{TLSPort: e.port})
+	e.serve()
+	if !strings.Contains(e.log.String(), "cannot read the certificate's storage; retrying in the background") {
+		t.Fatalf("no word of the unreadable storage:\n%s", e.log.String())
+	}
+	var rd admin.Readiness
+	if adminGet(t, e.Server, "/readyz", &rd); rd.Status != "degraded" {
+		t.Fatalf("/readyz = %+v, want degraded", rd)
+	}
+	r.start(t, bin)
+	restarted := time.Now()
+	leaf := e.waitACME(t, acmeDomain, 30*time.Second)
+	t.Logf("obtained %v after Redis came back (storage is read again every 5 s at first)", time.Since(restarted))
+	if got := handshakeEach(t, e.port, ca.Root(), acmeDomain); got != leaf.SerialNumber.Text(16) {
+		t.Fatalf("served %s, obtained %s", got, leaf.SerialNumber.Text(16))
+	}
+}
