@@ -86,6 +86,7 @@ func (c *Config) ApplyDefaults() {
 	}
 
 	c.LogFormat = cmp.Or(c.LogFormat, "text")
+	c.defaultRoutes()
 
 	// Validate reports the entries that do not parse.
 	c.trusted = nil // a fresh slice: an earlier one may still be in use

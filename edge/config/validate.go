@@ -328,6 +328,14 @@ func valueAt(v reflect.Value, path string) reflect.Value {
 		if i := strings.IndexAny(path, ".["); i >= 0 {
 			name = path[:i]
 		}
+		if v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String {
+			e := v.MapIndex(reflect.ValueOf(name).Convert(v.Type().Key()))
+			if !e.IsValid() {
+				return reflect.Value{}
+			}
+			v, path = e, path[len(name):]
+			continue
+		}
 		if v.Kind() != reflect.Struct {
 			return reflect.Value{}
 		}
@@ -460,6 +468,7 @@ func (c *Config) problems() checker {
 	for i := range c.Policies {
 		c.checkPolicy(&k, i, names)
 	}
+	c.checkRoutes(&k)
 	a := c.Abuse
 	if a.Rejections <= 0 {
 		k.add("abuse.rejections", "must be more than 0 (got %d)", a.Rejections)
