@@ -127,6 +127,7 @@ func (a *admin) routes() http.Handler {
 	mux.HandleFunc("DELETE /api/v1/bans/{prefix...}", a.liftBan)
 	mux.HandleFunc("GET /api/v1/top", a.top)
 	mux.HandleFunc("GET /api/v1/stats", a.stats)
+	mux.Handle("GET /api/v1/upstreams", a.s.upstreamsHandler())
 	ui, _ := fs.Sub(uiFiles, "ui")
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", uiHandler(http.FileServerFS(ui))))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusFound))

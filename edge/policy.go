@@ -50,6 +50,7 @@ type rule struct {
 	methods    []string
 	host       string
 	plan       string
+	route      string // a route's name (match: {route: NAME}); "" any
 	chain      int
 	bit        uint64
 
@@ -139,6 +140,7 @@ func compileRules(cfg *config.Config, prev *rules) (*rules, error) {
 			methods:    methods,
 			host:       strings.ToLower(p.Match.Host),
 			plan:       p.Match.Plan,
+			route:      p.Match.Route,
 			chain:      ci,
 			bit:        1 << i,
 		}
@@ -178,6 +180,9 @@ func (r *rule) matches(req *http.Request, host, plan string) bool {
 		return false
 	}
 	if r.host != "" && r.host != host {
+		return false
+	}
+	if r.route != "" && r.route != routeOf(req) {
 		return false
 	}
 	return r.plan == "" || r.plan == plan

@@ -60,6 +60,8 @@ type Server struct {
 	cfg    atomic.Pointer[config.Config]
 	certs  atomic.Pointer[certs.Store]
 	origin atomic.Pointer[http.Handler]
+	// routing is the route table and pools behind origin (nil: the demo origin).
+	routing atomic.Pointer[routing]
 
 	handler http.Handler
 
@@ -193,11 +195,13 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			s.plans.Store(p)
 		}
 	}
-	origin, err := buildOrigin(cfg)
+	origin, rt, err := s.buildOrigin(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
 	s.origin.Store(&origin)
+	s.routing.Store(rt)
+	s.registry.MustRegister(newUpstreamCollector(s))
 	s.handler = s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*s.origin.Load()).ServeHTTP(w, r)
 	}))
