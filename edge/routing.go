@@ -236,7 +236,9 @@ func writeNoRoute(w http.ResponseWriter, r *http.Request) {
 
 func writeBodyTooLarge(w http.ResponseWriter, r *http.Request) {
 	if m := route.FromContext(r.Context()); m != nil {
-		w.Header()["Connection"] = []string{"close"} // the rest of the body is not read
+		if r.ProtoMajor == 1 {
+			w.Header()["Connection"] = []string{"close"} // the rest of the body is not read
+		}
 		writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large",
 			"the request body is larger than "+strconv.FormatInt(m.MaxBody(), 10)+" bytes, the limit of route "+m.Name)
 		return
