@@ -450,3 +450,93 @@ func TestKilledTargetUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// connOrigin is a namedOrigin that counts its open connections.
+func connOrigin(t *testing.T, name string) (*namedOrigin, *atomic.Int64) {
+	t.Helper()
+	var open atomic.Int64
+	o := &namedOrigin{}
+	o.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.hits.Add(1)
+		w.Header().Set("X-Origin", name)
+		io.WriteString(w, name)
+	}))
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	return o, &open
+}
+
+// TestReloadRoutes: a reload that changes routes and one pool's targets applies on
+// the client's open connection; the unchanged pool is kept as it was, and the changed
+// pool's old connections are closed.
+func TestReloadRoutes(t *testing.T) {
+	a, aOpen := connOrigin(t, "a")
+	b, _ := connOrigin(t, "b")
+	web := startNamedOrigin(t, "web")
+	conf := func(api, extra string) string {
+		return reloadBase + fmt.Sprintf(`upstreams:
+  api: {targets: [%s]}
+  web: {targets: [%s]}
+routes:
+  - {name: api, upstream: api, match: {path_prefix: /api/}}
+%s  - {name: web, upstream: web}
+`, api, web.URL, extra)
+	}
+	e, file := startEdgeFile(t, conf(a.URL, ""))
+	c := clientFor(t, "h2")
+	get := func(path string) string {
+		t.Helper()
+		resp, body := do(t, c, "GET", e.url+path, nil, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	if got := get("/api/x"); got != "a" {
+		t.Fatalf("before: /api/ reached %q, want a", got)
+	}
+	get("/")
+	webPool := e.routing.Load().pools["web"]
+	if aOpen.Load() == 0 {
+		t.Fatal("the edge holds no connection to a")
+	}
+	edgeConns := openConns(e)
+	os.WriteFile(file, []byte(conf(b.URL, "  - {name: v2, upstream: web, match: {path_prefix: /v2/}}\n")), 0o644)
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("/api/x"); got != "b" {
+		t.Errorf("after: /api/ reached %q, want b", got)
+	}
+	if got := get("/v2/x"); got != "web /v2/x 0" {
+		t.Errorf("after: the new route /v2/ reached %q, want web", got)
+	}
+	if e.routing.Load().pools["web"] != webPool {
+		t.Error("the unchanged pool web was rebuilt")
+	}
+	if n := openConns(e); n != edgeConns {
+		t.Errorf("the client's connections to the edge went from %d to %d across the reload", edgeConns, n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for aOpen.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections to the replaced target a still open", aOpen.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// openConns counts the edge's open TCP connections.
+func openConns(e *testEdge) int {
+	n := 0
+	e.tcpConns.Range(func(any, any) bool { n++; return true })
+	return n
+}
