@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -219,7 +221,33 @@ func (s *Server) routeRequest(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(route.With(r.Context(), m)))
+		if rec, ok := w.(*statusRecorder); ok {
+			s.routeStats.count(m.Name, protoIndex(r.ProtoMajor), rec.code)
+		}
 	})
+}
+
+// routeStats counts the responses of each route by protocol and status code, for
+// route_requests_total. Route names come from the configuration only, so the set is
+// bounded by what the configurations in force have named.
+type routeStats struct {
+	byName sync.Map // route name → *routeCounts
+}
+
+type routeCounts [numProtos][numCodes]atomic.Uint64
+
+func (rs *routeStats) count(name string, proto, code int) {
+	if code == 0 {
+		code = http.StatusOK
+	}
+	if code < minCode || code > maxCode {
+		return // net/http allows up to 999; requests_total has those
+	}
+	c, ok := rs.byName.Load(name)
+	if !ok {
+		c, _ = rs.byName.LoadOrStore(name, new(routeCounts))
+	}
+	c.(*routeCounts)[proto][code-minCode].Add(1)
 }
 
 // routeOf returns the name of the route r took, "" if none.
@@ -256,8 +284,8 @@ func writeNoHealthy(w http.ResponseWriter, r *http.Request, e *upstream.NoHealth
 
 // upstreamCollector exposes the pools' metrics (DESIGN.md §9) at scrape time.
 type upstreamCollector struct {
-	s                                 *Server
-	requests, duration, healthy, retr *prometheus.Desc
+	s                                         *Server
+	requests, duration, healthy, retr, routed *prometheus.Desc
 }
 
 func newUpstreamCollector(s *Server) *upstreamCollector {
@@ -274,6 +302,9 @@ func newUpstreamCollector(s *Server) *upstreamCollector {
 			[]string{"upstream", "target"}, nil),
 		retr: prometheus.NewDesc(name("upstream_retries_total"),
 			"Tries after a request's first, on another target.", []string{"upstream"}, nil),
+		routed: prometheus.NewDesc(name("route_requests_total"),
+			"Requests answered, by the route that took them (names from the configuration), protocol and status code; requests no route took are in requests_total only.",
+			[]string{"route", "proto", "code"}, nil),
 	}
 }
 
@@ -282,9 +313,21 @@ func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.duration
 	ch <- c.healthy
 	ch <- c.retr
+	ch <- c.routed
 }
 
 func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.routeStats.byName.Range(func(k, v any) bool {
+		counts := v.(*routeCounts)
+		for p := range counts {
+			for i := range counts[p] {
+				if n := counts[p][i].Load(); n > 0 {
+					ch <- prometheus.MustNewConstMetric(c.routed, prometheus.CounterValue, float64(n), k.(string), protoNames[p], codeNames[i])
+				}
+			}
+		}
+		return true
+	})
 	for _, p := range c.s.routing.Load().poolList() {
 		st := p.Stats()
 		ch <- prometheus.MustNewConstMetric(c.retr, prometheus.CounterValue, float64(st.Retries), st.Name)

@@ -444,6 +444,8 @@ func TestKilledTargetUnderLoad(t *testing.T) {
 		`h3edge_upstream_healthy{target="http://` + victim.addr + `",upstream="api"} 1`,
 		`h3edge_upstream_retries_total{upstream="api"}`,
 		`h3edge_upstream_duration_seconds_count{upstream="api"}`,
+		`h3edge_route_requests_total{code="200",proto="h3",route="api"}`,
+		`h3edge_route_requests_total{code="200",proto="h2",route="api"}`,
 	} {
 		if !bytes.Contains(metrics, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)

@@ -61,7 +61,8 @@ type Server struct {
 	certs  atomic.Pointer[certs.Store]
 	origin atomic.Pointer[http.Handler]
 	// routing is the route table and pools behind origin (nil: the demo origin).
-	routing atomic.Pointer[routing]
+	routing    atomic.Pointer[routing]
+	routeStats routeStats // responses per route, kept across reloads
 
 	handler http.Handler
 
