@@ -104,11 +104,11 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 	resp, err = t.rt.RoundTrip(&out)
 	timer.Stop()
 	elapsed := time.Since(start)
-	if ab != nil {
-		ab.detach()
-	}
 	now := time.Now().UnixNano()
 	if err != nil {
+		if ab != nil {
+			ab.detach() // whatever the transport still reads belongs to no try
+		}
 		t.inflight.Add(-1)
 		p.requestDone()
 		cancel(nil)
@@ -131,6 +131,9 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 		}
 	} else if t.succeed(now) {
 		p.log.Info("target back after ejection", "target", t.key)
+	}
+	if body != nil && resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusServiceUnavailable {
+		body.settle() // this try's answer stands: the rest of the body streams unkept
 	}
 	resp.Body = wrapBody(resp.Body, func() {
 		t.inflight.Add(-1)
@@ -198,7 +201,8 @@ type replayBody struct {
 	// mu guards the fields below; src.Read runs outside it, with reading set.
 	mu       sync.Mutex
 	buf      []byte
-	overflow bool // more than MaxReplayBody was read: buf is dropped
+	consumed int64 // bytes read from src
+	overflow bool  // more than MaxReplayBody was read, or settle was called: buf is dropped
 	eof      bool
 	err      error
 	reading  bool
@@ -212,14 +216,21 @@ func (b *replayBody) replayable() bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.overflow && !b.reading && (len(b.buf) == 0 || b.eof)
+	return !b.overflow && !b.reading && (b.consumed == 0 || b.eof)
+}
+
+// settle stops keeping the body: no later try will send it. A try reading it reads on.
+func (b *replayBody) settle() {
+	b.mu.Lock()
+	b.overflow, b.buf = true, nil
+	b.mu.Unlock()
 }
 
 // attemptBody is one try's reader of a replayBody.
 type attemptBody struct {
 	rb       *replayBody
-	pos      int
-	detached bool // guarded by rb.mu
+	pos      int64 // bytes this try has read
+	detached bool  // guarded by rb.mu
 }
 
 var errDetached = errors.New("upstream: request body belongs to a later try")
@@ -231,9 +242,13 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, errDetached
 	}
-	if a.pos < len(b.buf) {
+	if a.pos < b.consumed { // behind the frontier: from what was kept
+		if b.overflow {
+			b.mu.Unlock()
+			return 0, errDetached // not kept: replayable said no such try is made
+		}
 		n := copy(p, b.buf[a.pos:])
-		a.pos += n
+		a.pos += int64(n)
 		b.mu.Unlock()
 		return n, nil
 	}
@@ -245,10 +260,6 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 		}
 		return 0, err
 	}
-	if b.overflow && a.pos > 0 {
-		b.mu.Unlock()
-		return 0, errDetached
-	}
 	b.reading = true
 	b.mu.Unlock()
 
@@ -257,13 +268,13 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reading = false
+	b.consumed += int64(n)
+	a.pos += int64(n)
 	if !b.overflow {
 		if len(b.buf)+n <= MaxReplayBody {
 			b.buf = append(b.buf, p[:n]...)
-			a.pos = len(b.buf)
 		} else {
 			b.overflow, b.buf = true, nil
-			a.pos = 1 // past the (dropped) buffer
 		}
 	}
 	switch {
