@@ -206,8 +206,8 @@ func (s *Server) hashKey(r *http.Request) string {
 }
 
 // routeRequest chooses the request's route, for the policies (match: {route: NAME})
-// and the origin; a request no route matches gets 404. Without routing (the demo
-// origin) it does nothing.
+// and the origin, which answers 404 to a request no route matches. Without routing
+// (the demo origin) it does nothing.
 func (s *Server) routeRequest(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt := s.routing.Load()
@@ -217,7 +217,9 @@ func (s *Server) routeRequest(next http.Handler) http.Handler {
 		}
 		m := rt.table.Match(r)
 		if m == nil {
-			writeNoRoute(w, r)
+			// The policies that name no route still apply (a client probing for
+			// paths is limited like any other); the origin answers 404.
+			next.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(route.With(r.Context(), m)))

@@ -334,18 +334,10 @@ func (d *decoder) mapping(n, r *yaml.Node, v reflect.Value, path string) {
 		if isMerge(k) {
 			continue
 		}
-		kr := resolve(k)
-		if kr.Kind != yaml.ScalarNode {
-			d.fail(k, path, "a key must be a plain name, not "+kindName(kr.Kind))
+		name, p, ok := d.key(k, path, seen)
+		if !ok {
 			continue
 		}
-		name := kr.Value
-		p := join(path, name)
-		if line, dup := seen[name]; dup {
-			d.fail(k, p, fmt.Sprintf("repeated key; it is already set on line %d", line))
-			continue
-		}
-		seen[name] = k.Line
 		f, ok := index[name]
 		if !ok {
 			problem := "unknown field"
@@ -363,6 +355,24 @@ func (d *decoder) mapping(n, r *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
+// key reads the key k of a mapping at path, with seen the keys so far and their lines,
+// and returns its name and path; false after a problem (not a plain name, repeated).
+func (d *decoder) key(k *yaml.Node, path string, seen map[string]int) (name, p string, ok bool) {
+	kr := resolve(k)
+	if kr.Kind != yaml.ScalarNode {
+		d.fail(k, path, "a key must be a plain name, not "+kindName(kr.Kind))
+		return "", "", false
+	}
+	name = kr.Value
+	p = join(path, name)
+	if line, dup := seen[name]; dup {
+		d.fail(k, p, fmt.Sprintf("repeated key; it is already set on line %d", line))
+		return "", "", false
+	}
+	seen[name] = k.Line
+	return name, p, true
+}
+
 // dict decodes a mapping of names (upstreams:, a route's headers:) into a map with
 // string keys; each entry's path is its parent's and the name, "upstreams.api".
 func (d *decoder) dict(n, r *yaml.Node, v reflect.Value, path string) {
@@ -374,18 +384,14 @@ func (d *decoder) dict(n, r *yaml.Node, v reflect.Value, path string) {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(r.Content); i += 2 {
 		k, val := r.Content[i], r.Content[i+1]
-		kr := resolve(k)
-		if kr.Kind != yaml.ScalarNode || isMerge(k) {
-			d.fail(k, path, "a key must be a plain name, not "+kindName(kr.Kind))
+		if isMerge(k) {
+			d.fail(k, path, "a merge (<<) is not taken in a mapping of names; write the entries out")
 			continue
 		}
-		name := kr.Value
-		p := join(path, name)
-		if line, dup := seen[name]; dup {
-			d.fail(k, p, fmt.Sprintf("repeated key; it is already set on line %d", line))
+		name, p, ok := d.key(k, path, seen)
+		if !ok {
 			continue
 		}
-		seen[name] = k.Line
 		if d.pos != nil {
 			d.pos[p] = place(k, val)
 		}

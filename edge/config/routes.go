@@ -18,7 +18,7 @@ import (
 type Upstream struct {
 	// Targets are the pool's base URLs: http://, https:// or h2c:// (HTTP/2 without
 	// TLS, for gRPC), host and port only, no path; "#w=3" gives a target weight 3
-	// (default 1, at most 1000). At least one, at most 256.
+	// (default 1, at most 1000). At least one, at most 64.
 	Targets []string `yaml:"targets"`
 	// Balance is round_robin, least_requests (two random choices) or hash (by client
 	// key: one client sticks to one target). If empty, round_robin is used.
@@ -281,8 +281,8 @@ func routeNames(rs []Route) string {
 	return strings.Join(names, ", ")
 }
 
-// maxTargets bounds a pool.
-const maxTargets = 256
+// maxTargets bounds a pool: a request's tries remember the targets tried in 64 bits.
+const maxTargets = 64
 
 func (c *Config) checkUpstream(k *checker, name string, u Upstream) {
 	path := "upstreams." + name
@@ -342,16 +342,7 @@ func (c *Config) checkUpstream(k *checker, name string, u Upstream) {
 func (c *Config) checkRoute(k *checker, i int, seen map[string]int) {
 	r := c.Routes[i]
 	path := fmt.Sprintf("routes[%d]", i)
-	switch j, dup := seen[r.Name]; {
-	case r.Name == "":
-		k.add(path+".name", "required: the route's name in metrics, logs and policies, such as api")
-	case !isSFString(r.Name):
-		k.add(path+".name", `must be printable ASCII without '"' or '\' (got %q)`, r.Name)
-	case dup:
-		k.add(path+".name", "%q is already the name of routes[%d]; names must be unique", r.Name, j)
-	default:
-		seen[r.Name] = i
-	}
+	k.name(path, "routes", i, r.Name, seen, "the route's name in metrics, logs and policies, such as api")
 	switch _, ok := c.Upstreams[r.Upstream]; {
 	case r.Upstream == "":
 		k.add(path+".upstream", "required: the name of a pool under upstreams:")

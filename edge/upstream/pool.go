@@ -122,7 +122,8 @@ type Passive struct {
 type Config struct {
 	// Name names the pool in metrics, logs and the status.
 	Name string
-	// Targets are the pool's origins. At least one.
+	// Targets are the pool's origins. At least one; a retry avoids the targets tried
+	// before among the first 64.
 	Targets []Target
 	// Balance picks a target per request.
 	Balance Balance
