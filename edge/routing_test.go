@@ -542,3 +542,34 @@ func openConns(e *testEdge) int {
 	e.tcpConns.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// TestHashByClientKey: a hash pool keeps each client's API key (the policies' key
+// source) on one target over 300 requests, over HTTP/3, with every target used.
+func TestHashByClientKey(t *testing.T) {
+	var urls []string
+	for _, n := range []string{"a", "b", "c"} {
+		urls = append(urls, startNamedOrigin(t, n).URL)
+	}
+	e := startEdge(t, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"api": {Targets: urls, Balance: "hash"}}
+		c.Routes = []config.Route{{Name: "api", Upstream: "api"}}
+		c.Policies = []config.Policy{{Name: "roomy", Key: []string{"header:X-API-Key", "ip"}, Quota: 1000000, Window: time.Minute}}
+	})
+	c := clientFor(t, "h3")
+	where, used := map[string]string{}, map[string]bool{}
+	for i := range 300 {
+		key := "key-" + strconv.Itoa(i%30)
+		resp, body := do(t, c, "GET", e.url+"/", map[string]string{"X-API-Key": key}, nil)
+		o := resp.Header.Get("X-Origin")
+		if resp.StatusCode != 200 || o == "" {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		if prev, ok := where[key]; ok && prev != o {
+			t.Fatalf("key %s moved from %s to %s", key, prev, o)
+		}
+		where[key], used[o] = o, true
+	}
+	if len(used) != 3 {
+		t.Errorf("30 keys reached %v, want all 3 targets", used)
+	}
+}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -386,5 +387,77 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHTTPSTarget: an https:// target is verified against RootCAs: with the origin's
+// CA it answers, without it (system roots) the try fails on verification.
+func TestHTTPSTarget(t *testing.T) {
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }))
+	o.EnableHTTP2 = true
+	o.StartTLS()
+	t.Cleanup(o.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(o.Certificate())
+	var failure atomic.Value
+	for _, tc := range []struct {
+		roots *x509.CertPool
+		want  int
+	}{{roots, 200}, {nil, 502}} {
+		p := newPool(t, Config{Targets: []Target{tgt(t, o.URL, 1)}, RootCAs: tc.roots,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				failure.Store(err.Error())
+				w.WriteHeader(502)
+			}})
+		resp, err := http.Get(front(t, p) + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("roots %v: %d %q, want %d", tc.roots != nil, resp.StatusCode, body, tc.want)
+		}
+		if tc.want == 200 && string(body) != "HTTP/2.0" {
+			t.Errorf("https target spoken to over %s, want HTTP/2 (ALPN)", body)
+		}
+	}
+	if f, _ := failure.Load().(string); !strings.Contains(f, "certificate") {
+		t.Errorf("failure without the CA: %q, want a certificate error", f)
+	}
+}
+
+// TestMaxConnections: with max_connections 1, concurrent requests share one
+// connection to the target, one after the other.
+func TestMaxConnections(t *testing.T) {
+	var open, peak atomic.Int64
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // a slow answer, so that requests overlap
+		io.WriteString(w, "ok")
+	}))
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			if n := open.Add(1); n > peak.Load() {
+				peak.Store(n)
+			}
+		case http.StateClosed:
+			open.Add(-1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	url := front(t, newPool(t, Config{MaxConnections: 1, Targets: []Target{tgt(t, o.URL, 1)}}))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 {
+				t.Errorf("status %d", code)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p != 1 {
+		t.Errorf("%d connections open at once to the target, want 1", p)
 	}
 }
