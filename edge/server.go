@@ -536,6 +536,7 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) closeSockets() error {
+	s.routing.Load().retire(nil) // the pools' health checks stop, their connections close
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
