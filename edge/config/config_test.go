@@ -517,6 +517,7 @@ var validationCases = []validationCase{
 		"routes[3].match: can never match: routes[2] (wild) comes first"}},
 	{"policy route", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: api, upstream: api}]\n" + "policies: [{name: p, quota: 1, window: 1s, match: {route: api}}, {name: q, quota: 1, window: 1s, match: {route: apl}}]", []string{
 		`policies[1].match.route: no route is named "apl"; use one of the names under routes: (api)`}},
+	{"policy route of the shorthand", "upstream: http://a:1\npolicies: [{name: p, quota: 1, window: 1s, match: {route: default}}]", nil},
 	{"log_format", "log_format: yaml", []string{`log_format: unknown log format "yaml"; use one of text, json`}},
 }
 

@@ -259,6 +259,9 @@ func (c *Config) checkRoutes(k *checker) {
 	for i := range c.Routes {
 		c.checkRoute(k, i, seen)
 	}
+	if c.Upstream != "" {
+		seen[ShorthandName] = 0 // upstream: URL is the route "default"
+	}
 	for i, p := range c.Policies {
 		if r := p.Match.Route; r != "" {
 			if _, ok := seen[r]; !ok {
