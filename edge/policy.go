@@ -27,6 +27,7 @@ type rules struct {
 	// yields a value is the request's API key for the plan lookup.
 	credential  []keySource
 	byPlan      bool // some rule matches by plan
+	byRoute     bool // some rule matches by route
 	defaultPlan string
 	legacy      bool
 	v4, v6      int
@@ -157,6 +158,9 @@ func compileRules(cfg *config.Config, prev *rules) (*rules, error) {
 		}
 		if r.plan != "" {
 			rs.byPlan = true
+		}
+		if r.route != "" {
+			rs.byRoute = true
 		}
 		rs.policies = append(rs.policies, r)
 	}

@@ -58,8 +58,8 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeBodyQuota(w, r)
 		return
 	}
-	if route.BodyTooLarge(r) {
-		writeBodyTooLarge(w, r)
+	if m := route.BodyTooLarge(r); m != nil {
+		writeBodyTooLarge(w, r, m)
 		return
 	}
 	var nh *upstream.NoHealthyError

@@ -222,7 +222,10 @@ func (s *Server) routeRequest(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(route.With(r.Context(), m)))
+		if s.rules.Load().byRoute {
+			r = r.WithContext(route.With(r.Context(), m))
+		} // else the origin finds the route again: cheaper than a copy of the request
+		next.ServeHTTP(w, r)
 		if rec, ok := w.(*statusRecorder); ok {
 			s.routeStats.count(m.Name, protoIndex(r.ProtoMajor), rec.code)
 		}
@@ -264,16 +267,12 @@ func writeNoRoute(w http.ResponseWriter, r *http.Request) {
 	writeProblem(w, http.StatusNotFound, "Not Found", "no route matches this request")
 }
 
-func writeBodyTooLarge(w http.ResponseWriter, r *http.Request) {
-	if m := route.FromContext(r.Context()); m != nil {
-		if r.ProtoMajor == 1 {
-			w.Header()["Connection"] = []string{"close"} // the rest of the body is not read
-		}
-		writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large",
-			"the request body is larger than "+strconv.FormatInt(m.MaxBody(), 10)+" bytes, the limit of route "+m.Name)
-		return
+func writeBodyTooLarge(w http.ResponseWriter, r *http.Request, m *route.Route) {
+	if r.ProtoMajor == 1 {
+		w.Header()["Connection"] = []string{"close"} // the rest of the body is not read
 	}
-	writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large", "the request body is too large")
+	writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large",
+		"the request body is larger than "+strconv.FormatInt(m.MaxBody(), 10)+" bytes, the limit of route "+m.Name)
 }
 
 // writeNoHealthy answers a request whose pool has no healthy target: 503 with

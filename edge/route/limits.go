@@ -17,9 +17,9 @@ var ErrBodyTooLarge = errors.New("route: request body larger than max_body")
 // taken off the path, a body whose Content-Length passes max_body is answered by
 // tooLarge before the handler sees a byte (a streamed one fails with ErrBodyTooLarge
 // once it passes; BodyTooLarge then tells), and max_duration ends the request.
-func (rt *Route) Serve(w http.ResponseWriter, r *http.Request, tooLarge http.HandlerFunc) {
+func (rt *Route) Serve(w http.ResponseWriter, r *http.Request, tooLarge func(http.ResponseWriter, *http.Request, *Route)) {
 	if rt.maxBody > 0 && r.ContentLength > rt.maxBody {
-		tooLarge(w, r)
+		tooLarge(w, r, rt)
 		return
 	}
 	// A copy, so that what runs around the route (metrics, logs) keeps the request as
@@ -31,7 +31,7 @@ func (rt *Route) Serve(w http.ResponseWriter, r *http.Request, tooLarge http.Han
 	r = out
 	if rt.maxBody > 0 {
 		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &limitedBody{ReadCloser: r.Body, left: rt.maxBody}
+			r.Body = &limitedBody{ReadCloser: r.Body, left: rt.maxBody, route: rt}
 		}
 	}
 	if rt.stripPrefix != "" {
@@ -64,6 +64,7 @@ func (rt *Route) MaxBody() int64 { return rt.maxBody }
 type limitedBody struct {
 	io.ReadCloser
 	left     int64
+	route    *Route
 	exceeded atomic.Bool
 }
 
@@ -83,8 +84,11 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// BodyTooLarge reports whether r's body (as Serve bounded it) passed max_body.
-func BodyTooLarge(r *http.Request) bool {
-	b, ok := r.Body.(*limitedBody)
-	return ok && b.exceeded.Load()
+// BodyTooLarge returns the route whose max_body r's body (as Serve bounded it) passed,
+// or nil.
+func BodyTooLarge(r *http.Request) *Route {
+	if b, ok := r.Body.(*limitedBody); ok && b.exceeded.Load() {
+		return b.route
+	}
+	return nil
 }

@@ -61,7 +61,7 @@ func TestServeLimits(t *testing.T) {
 			n, err := r.Body.Read(b)
 			gotBody += n
 			if err != nil {
-				if BodyTooLarge(r) {
+				if BodyTooLarge(r) != nil {
 					w.WriteHeader(413)
 				}
 				return
@@ -69,7 +69,7 @@ func TestServeLimits(t *testing.T) {
 		}
 	})
 	rt := New([]Config{{Name: "r", PathPrefix: "/v1", StripPrefix: "/v1", MaxBody: 10, Handler: h}}).Routes()[0]
-	tooLarge := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(413) }
+	tooLarge := func(w http.ResponseWriter, r *http.Request, _ *Route) { w.WriteHeader(413) }
 
 	for _, tc := range []struct {
 		path, want string

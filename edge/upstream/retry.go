@@ -81,7 +81,9 @@ func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
 // reached is false when the request certainly did not reach t (the connection could
 // not be made).
 func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.Response, err error, reached bool) {
-	out := *req // shallow: the header is not changed per try
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
+	out := req.WithContext(ctx) // shallow: the header is not changed per try
 	u := *req.URL
 	u.Scheme, u.Host = t.dial.Scheme, t.dial.Host
 	if t.dial.Path != "" && t.dial.Path != "/" {
@@ -94,14 +96,11 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 		ab = &attemptBody{rb: body}
 		out.Body = ab
 	}
-	ctx, cancel := context.WithCancelCause(req.Context())
-	timer := time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
-	out = *out.WithContext(ctx)
 
 	t.inflight.Add(1)
 	p.inflight.Add(1)
 	start := time.Now()
-	resp, err = t.rt.RoundTrip(&out)
+	resp, err = t.rt.RoundTrip(out)
 	timer.Stop()
 	elapsed := time.Since(start)
 	now := time.Now().UnixNano()
@@ -345,17 +344,16 @@ func (b *retryBudget) retry(now time.Time) bool {
 // wrapBody calls done once when the response body is closed, keeping the
 // io.ReadWriteCloser of a 101 Switching Protocols response (WebSocket) for the proxy.
 func wrapBody(body io.ReadCloser, done func()) io.ReadCloser {
-	cb := closeBody{ReadCloser: body, done: done, once: new(sync.Once)}
 	if rw, ok := body.(io.ReadWriteCloser); ok {
-		return &closeRWBody{closeBody: cb, w: rw}
+		return &closeRWBody{closeBody: closeBody{ReadCloser: body, done: done}, w: rw}
 	}
-	return &cb
+	return &closeBody{ReadCloser: body, done: done}
 }
 
 type closeBody struct {
 	io.ReadCloser
 	done func()
-	once *sync.Once
+	once sync.Once
 }
 
 func (c *closeBody) Close() error {
