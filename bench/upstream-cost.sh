@@ -41,24 +41,28 @@ func main() {
 GO
 (cd "$d" && go build -o origin origin.go)
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start() { # binary → pid; prints "pid port"
-	local p o
-	p=$(port) o=$(port)
+# start BINARY: an origin and an h3edge proxying to it; sets spid and sport. Not in a
+# subshell, so that the trap knows every process to stop.
+start() {
+	local o
+	sport=$(port) o=$(port)
 	taskset -c 1 "$d/origin" "127.0.0.1:$o" &
 	pids+=($!)
-	cat >"$d/$p.yaml" <<Y
-listen: "127.0.0.1:$p"
+	cat >"$d/$sport.yaml" <<Y
+listen: "127.0.0.1:$sport"
 admin: {listen: "off"}
 ip: {connections: {rate: 100000, burst: 100000}, streams: {rate: 1000000, burst: 1000000}, max_connections: 100000, max_streams_per_connection: 1000}
 abuse: {rejections: 1000000000}
 upstream: http://127.0.0.1:$o
 Y
-	XDG_CACHE_HOME=$d/cache taskset -c 0 "$1" -config "$d/$p.yaml" >"$d/$p.log" 2>&1 &
-	pids+=($!)
-	echo "$! $p"
+	XDG_CACHE_HOME=$d/cache taskset -c 0 "$1" -config "$d/$sport.yaml" >"$d/$sport.log" 2>&1 &
+	spid=$!
+	pids+=($spid)
 }
-read -r pb portb < <(start "$base")
-read -r pn portn < <(start "$new")
+start "$base"
+pb=$spid portb=$sport
+start "$new"
+pn=$spid portn=$sport
 for _ in $(seq 100); do
 	curl -sk -o /dev/null "https://127.0.0.1:$portb/" && curl -sk -o /dev/null "https://127.0.0.1:$portn/" && break
 	sleep 0.1
