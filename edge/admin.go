@@ -25,6 +25,7 @@ func (s *Server) adminHandler() http.Handler {
 		Connections: func() int { return s.guard.Stats().Open },
 		Extra: map[string]http.Handler{
 			"GET /api/v1/certificates": http.HandlerFunc(s.serveCertificates), // acme.go
+			"GET /api/v1/upstreams":    s.upstreamsHandler(),                  // routing.go
 		},
 		Logger: s.log,
 	}

@@ -11,6 +11,7 @@ import (
 func (s *Server) chain(origin http.Handler) http.Handler {
 	h := origin
 	h = s.enforce(h)
+	h = s.routeRequest(h)
 	h = extendedConnect(h)
 	h = tooEarly(h)
 	h = headerLimit(h)

@@ -27,6 +27,7 @@ type rules struct {
 	// yields a value is the request's API key for the plan lookup.
 	credential  []keySource
 	byPlan      bool // some rule matches by plan
+	byRoute     bool // some rule matches by route
 	defaultPlan string
 	legacy      bool
 	v4, v6      int
@@ -50,6 +51,7 @@ type rule struct {
 	methods    []string
 	host       string
 	plan       string
+	route      string // a route's name (match: {route: NAME}); "" any
 	chain      int
 	bit        uint64
 
@@ -139,6 +141,7 @@ func compileRules(cfg *config.Config, prev *rules) (*rules, error) {
 			methods:    methods,
 			host:       strings.ToLower(p.Match.Host),
 			plan:       p.Match.Plan,
+			route:      p.Match.Route,
 			chain:      ci,
 			bit:        1 << i,
 		}
@@ -155,6 +158,9 @@ func compileRules(cfg *config.Config, prev *rules) (*rules, error) {
 		}
 		if r.plan != "" {
 			rs.byPlan = true
+		}
+		if r.route != "" {
+			rs.byRoute = true
 		}
 		rs.policies = append(rs.policies, r)
 	}
@@ -178,6 +184,9 @@ func (r *rule) matches(req *http.Request, host, plan string) bool {
 		return false
 	}
 	if r.host != "" && r.host != host {
+		return false
+	}
+	if r.route != "" && r.route != routeOf(req) {
 		return false
 	}
 	return r.plan == "" || r.plan == plan

@@ -4,57 +4,46 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"net/url"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/route"
+	"github.com/h3edge/h3edge/edge/upstream"
 )
 
-// origin is the handler behind the middleware: the proxy to the upstream, or the demo
-// origin when none is configured.
-func buildOrigin(cfg *config.Config) (http.Handler, error) {
-	if cfg.Upstream == "" {
-		return demoOrigin(cfg.TrustedProxyPrefixes()), nil
+// buildOrigin returns the handler behind the middleware: the routes and their pools
+// (routing.go) when upstream or upstreams is configured, or the demo origin. prev is
+// the routing in force (nil at start): pools whose settings did not change carry
+// over, with their connections and health.
+func (s *Server) buildOrigin(cfg *config.Config, prev *routing) (http.Handler, *routing, error) {
+	if cfg.Upstream == "" && len(cfg.Upstreams) == 0 {
+		return demoOrigin(cfg.TrustedProxyPrefixes()), nil, nil
 	}
-	u, err := url.Parse(cfg.Upstream)
+	rt, err := s.newRouting(cfg, prev)
 	if err != nil {
-		return nil, fmt.Errorf("edge: upstream: %w", err)
+		return nil, nil, err
 	}
-	return newProxy(u, cfg.TrustedProxyPrefixes(), cfg.UpstreamTimeout), nil
+	return rt, rt, nil
 }
 
-// newProxy returns a reverse proxy to target. Forwarded fields are rebuilt from the real
+// forwarded returns the Rewrite step that rebuilds the forwarded fields from the real
 // peer: X-Forwarded-For keeps an incoming chain only when the peer is a trusted proxy.
-// Responses stream: server-sent events and other bodies of unknown length are flushed
-// as they arrive.
-func newProxy(target *url.URL, trusted []netip.Prefix, timeout time.Duration) *httputil.ReverseProxy {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = 1024
-	tr.MaxIdleConnsPerHost = 256
-	tr.ResponseHeaderTimeout = timeout
-	tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &httputil.ReverseProxy{
-		Transport: tr,
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.Out.Host = pr.In.Host
-			peer := peerAddr(pr.In).String()
-			xff := peer
-			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && contains(trusted, peerAddr(pr.In)) {
-				xff = joinComma(prior) + ", " + peer
-			}
-			pr.Out.Header["X-Forwarded-For"] = []string{xff}
-			pr.Out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
-			pr.Out.Header["X-Forwarded-Proto"] = []string{"https"}
-			// Via names the protocol the client spoke (RFC 9110 §7.6.3).
-			pr.Out.Header["Via"] = append(pr.Out.Header["Via"], viaValue(pr.In))
-		},
-		ErrorHandler: proxyError,
+func forwarded(trusted []netip.Prefix) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		peer := peerAddr(pr.In).String()
+		xff := peer
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && contains(trusted, peerAddr(pr.In)) {
+			xff = joinComma(prior) + ", " + peer
+		}
+		pr.Out.Header["X-Forwarded-For"] = []string{xff}
+		pr.Out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
+		pr.Out.Header["X-Forwarded-Proto"] = []string{"https"}
+		// Via names the protocol the client spoke (RFC 9110 §7.6.3).
+		pr.Out.Header["Via"] = append(pr.Out.Header["Via"], viaValue(pr.In))
 	}
 }
 
@@ -67,6 +56,15 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if bodyQuotaExceeded(r) {
 		writeBodyQuota(w, r)
+		return
+	}
+	if m := route.BodyTooLarge(r); m != nil {
+		writeBodyTooLarge(w, r, m)
+		return
+	}
+	var nh *upstream.NoHealthyError
+	if errors.As(err, &nh) {
+		writeNoHealthy(w, r, nh)
 		return
 	}
 	var ne net.Error

@@ -104,10 +104,12 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 	if p == nil {
 		p = s.plans.Load()
 	}
-	origin := *s.origin.Load()
+	origin, oldRouting := *s.origin.Load(), s.routing.Load()
+	newRouting := oldRouting
 	if old.Upstream != cfg.Upstream || old.UpstreamTimeout != cfg.UpstreamTimeout ||
-		!reflect.DeepEqual(old.TrustedProxies, cfg.TrustedProxies) {
-		if origin, err = buildOrigin(cfg); err != nil {
+		!reflect.DeepEqual(old.TrustedProxies, cfg.TrustedProxies) ||
+		!reflect.DeepEqual(old.Upstreams, cfg.Upstreams) || !reflect.DeepEqual(old.Routes, cfg.Routes) {
+		if origin, newRouting, err = s.buildOrigin(cfg, oldRouting); err != nil {
 			return err
 		}
 	}
@@ -138,6 +140,10 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 	s.plans.Store(p)
 	s.origin.Store(&origin)
 	s.setAccessLog(al)
+	s.routing.Store(newRouting)
+	if newRouting != oldRouting {
+		oldRouting.retire(newRouting) // pools no route uses any more drain and close
+	}
 	if tcpLn, _, _ := s.listeners(); tcpLn != nil {
 		s.setAltSvc()
 	}

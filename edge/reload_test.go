@@ -112,6 +112,9 @@ var reloadableFields = []string{
 	"policies[].on_store_failure", "policies[].mode", "policies[].max_delay", "policies[].lease",
 	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
 	"legacy_headers",
+	"policies[].match.route", "upstreams", "routes[].name", "routes[].match.host",
+	"routes[].match.path_prefix", "routes[].match.methods", "routes[].match.headers",
+	"routes[].upstream", "routes[].strip_prefix", "routes[].max_body", "routes[].max_duration",
 	"log_format",                                                // with Options.SetLogFormat; refused without
 	"access_log.path", "access_log.format", "access_log.sample", // the log is opened anew
 }
@@ -215,6 +218,10 @@ func change(t *testing.T, v reflect.Value) {
 		v.SetBool(!v.Bool())
 	case reflect.Slice:
 		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		m.SetMapIndex(reflect.ValueOf("changed"), reflect.Zero(v.Type().Elem()))
+		v.Set(m)
 	default:
 		t.Fatalf("change: no way to change a %s", v.Type())
 	}

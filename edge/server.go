@@ -63,6 +63,9 @@ type Server struct {
 	cfg    atomic.Pointer[config.Config]
 	certs  atomic.Pointer[certs.Store]
 	origin atomic.Pointer[http.Handler]
+	// routing is the route table and pools behind origin (nil: the demo origin).
+	routing    atomic.Pointer[routing]
+	routeStats routeStats // responses per route, kept across reloads
 
 	handler http.Handler
 
@@ -208,7 +211,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			s.plans.Store(p)
 		}
 	}
-	origin, err := buildOrigin(cfg)
+	origin, rt, err := s.buildOrigin(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +221,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.access.Store(al)
+	s.routing.Store(rt)
+	s.registry.MustRegister(newUpstreamCollector(s))
 	s.handler = s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*s.origin.Load()).ServeHTTP(w, r)
 	}))
@@ -556,6 +561,7 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) closeSockets() error {
+	s.routing.Load().retire(nil) // the pools' health checks stop, their connections close
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	errs := []error{s.closeACME()} // before Redis: storage: redis uses it

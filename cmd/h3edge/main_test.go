@@ -361,6 +361,14 @@ func TestValidateCommand(t *testing.T) {
 		}
 	}
 
+	// A route naming a pool that does not exist, told at its line (issue 12).
+	routes := filepath.Join(t.TempDir(), "routes.yaml")
+	os.WriteFile(routes, []byte("upstreams:\n  api: {targets: [http://127.0.0.1:9000]}\nroutes:\n  - name: api\n    upstream: apl\n"), 0o644)
+	out, err = exec.Command(binary, "validate", "-config", routes).CombinedOutput()
+	if want := routes + `:5:15: routes[0].upstream: unknown upstream "apl"; use one of api`; !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.HasPrefix(string(out), want) {
+		t.Errorf("unknown upstream: %v\n%s\nwant %s…", err, out, want)
+	}
+
 	good := filepath.Join(t.TempDir(), "good.yaml")
 	os.WriteFile(good, []byte("listen: \":9443\"\nupstream: http://127.0.0.1:9000\n"), 0o644)
 	if out, err := exec.Command(binary, "validate", "-config", good).CombinedOutput(); err != nil {

@@ -26,8 +26,9 @@ type Config struct {
 	// ShutdownTimeout bounds how long in-flight requests may drain on SIGTERM.
 	// If zero, 10s is used; at most 10m.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	// Upstream is the origin's base URL (http or https). If empty, the built-in demo
-	// origin answers.
+	// Upstream is the origin's base URL (http or https): the shorthand for one pool
+	// with this one target and one route for every request, both named "default". If
+	// empty, and Upstreams too, the built-in demo origin answers.
 	Upstream string `yaml:"upstream"`
 	// UpstreamTimeout bounds the wait for the upstream's response header; past it the
 	// client gets 504. If zero, 30s is used; at most 10m. (Not in DESIGN.md §4: added
@@ -48,6 +49,12 @@ type Config struct {
 	// Keys maps API keys to plans. ApplyDefaults makes it non-nil, so DefaultPlan is
 	// always set.
 	Keys *KeysConfig `yaml:"keys"`
+	// Upstreams are the named pools of targets routes send requests to (DESIGN.md
+	// §9). If empty, Upstream (or the demo origin) serves every request.
+	Upstreams map[string]Upstream `yaml:"upstreams"`
+	// Routes send requests to Upstreams, the first that matches winning; a request no
+	// route matches gets 404. Required with Upstreams.
+	Routes []Route `yaml:"routes"`
 	// Policies are the rate-limit rules. If empty, only the limits of IP apply.
 	Policies []Policy `yaml:"policies"`
 	// Abuse drives the penalty box.
@@ -250,6 +257,8 @@ type Match struct {
 	Host string `yaml:"host"`
 	// Plan matches clients whose API key maps to this plan (see KeysConfig).
 	Plan string `yaml:"plan"`
+	// Route matches requests that the route of this name (under routes:) took.
+	Route string `yaml:"route"`
 }
 
 // AbuseConfig drives the penalty box.

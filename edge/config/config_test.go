@@ -504,6 +504,51 @@ var validationCases = []validationCase{
 		"abuse.within: must be at most 24h (got 25h0m0s)",
 		"abuse.ban: must be at most 720h (got 800h0m0s)",
 		"abuse.max_ban: must be more than 0"}},
+	{"upstream and upstreams", "upstream: http://a:1\nupstreams: {api: {targets: [http://b:1]}}\nroutes: [{name: r, upstream: api}]", []string{
+		"upstream: set either upstream (one origin) or upstreams with routes, not both"}},
+	{"upstreams without routes", "upstreams: {api: {targets: [http://b:1]}}", []string{"upstreams: no route sends requests to these upstreams"}},
+	{"upstream targets", "upstreams: {api: {targets: [http://a:1/v1, ftp://b, \"http://c:1#w=0\", \"h2c://d:2#w=3\", \"https://e:3/\", http://u:p@f:4, https://e:3]}, none: {}}\nroutes: [{name: r, upstream: api, match: {host: a}}, {name: s, upstream: none}]", []string{
+		`upstreams.api.targets[0]: must be scheme://host:port only: a target has no path or query`,
+		`upstreams.api.targets[1]: must be an absolute http, https or h2c URL such as http://10.0.0.1:9000 (got "ftp://b")`,
+		`upstreams.api.targets[2]: the weight must be #w=N with N from 1 to 1000 (got #w=0)`,
+		`upstreams.api.targets[5]: must not carry a user or password`,
+		`upstreams.api.targets[6]: https://e:3 is already targets[4]; give it a weight`,
+		`upstreams.none.targets: required: at least one target`}},
+	{"upstream options", "upstreams: {api: {targets: [http://a:1], balance: random, retries: 9, timeout: -1s, max_connections: -1, passive: {failures: -1, within: 2h, eject: -1s}}}\nroutes: [{name: r, upstream: api}]", []string{
+		`upstreams.api.balance: unknown balance "random"; use one of round_robin, least_requests, hash`,
+		"upstreams.api.retries: must be from 0 to 5 (got 9)",
+		"upstreams.api.timeout: must be more than 0",
+		"upstreams.api.max_connections: must be from 1 to 1000000 (got -1)",
+		"upstreams.api.passive.failures: must be from 1 to 10000 (got -1)",
+		"upstreams.api.passive.within: must be at most 1h (got 2h0m0s)",
+		"upstreams.api.passive.eject: must be more than 0"}},
+	{"upstream health", "upstreams: {api: {targets: [http://a:1], health: {path: healthz, interval: 10ms, timeout: 2s, unhealthy: -1, healthy: 101}}}\nroutes: [{name: r, upstream: api}]", []string{
+		`upstreams.api.health.path: must be a path starting with "/", such as /healthz (got "healthz")`,
+		"upstreams.api.health.interval: must be at least 50ms (got 10ms)",
+		"upstreams.api.health.timeout: must be at most the interval (10ms)",
+		"upstreams.api.health.unhealthy: must be from 1 to 100 (got -1)",
+		"upstreams.api.health.healthy: must be from 1 to 100 (got 101)"}},
+	{"upstreams ok", "upstreams: {api: {targets: [\"http://a:1#w=3\", https://b:2, h2c://c:3], balance: hash, retries: 0, health: {path: /hz, interval: 1s, timeout: 1s}}}\nroutes: [{name: r, upstream: api, max_body: 10MiB, max_duration: 1h, strip_prefix: /v1, match: {path_prefix: /v1/, host: \"*.example.com\", headers: {X-Tenant: acme}}}]", nil},
+	{"route names and upstream", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{upstream: api, match: {host: w}}, {name: \"a\\\"b\", upstream: api, match: {host: x}}, {name: r, upstream: apl, match: {host: y}}, {name: r, match: {host: z}}]", []string{
+		"routes[0].name: required: the route's name",
+		`routes[1].name: must be printable ASCII`,
+		`routes[2].upstream: unknown upstream "apl"; use one of api, or define it under upstreams:`,
+		"routes[3].upstream: required: the name of a pool under upstreams:",
+		`routes[3].name: "r" is already the name of routes[2]; names must be unique`}},
+	{"route match", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: r, upstream: api, strip_prefix: /v2, max_body: 5XB, max_duration: -1s, match: {methods: [get], path_prefix: v1, host: \"http://x\", headers: {\"X Y\": a}}}]", []string{
+		`routes[0].strip_prefix: must be the start of match.path_prefix`,
+		`routes[0].max_body: must be a size such as 65536, 64KiB or 10MiB (got "5XB")`,
+		"routes[0].max_duration: must be more than 0",
+		`routes[0].match.methods[0]: must be an upper-case method such as GET (got "get")`,
+		`routes[0].match.path_prefix: must start with "/", such as /api/ (got "v1")`,
+		`routes[0].match.host: must be a host name such as api.example.com or *.example.com`,
+		`routes[0].match.headers: "X Y" is not a header field name`}},
+	{"route shadowed", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: all-api, upstream: api, match: {path_prefix: /api/}}, {name: v1, upstream: api, match: {path_prefix: /api/v1/, methods: [GET]}}, {name: wild, upstream: api, match: {host: \"*.example.com\"}}, {name: a, upstream: api, match: {host: a.example.com}}, {name: apex, upstream: api, match: {host: example.com}}]", []string{
+		"routes[1].match: can never match: routes[0] (all-api) comes first",
+		"routes[3].match: can never match: routes[2] (wild) comes first"}},
+	{"policy route", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: api, upstream: api}]\n" + "policies: [{name: p, quota: 1, window: 1s, match: {route: api}}, {name: q, quota: 1, window: 1s, match: {route: apl}}]", []string{
+		`policies[1].match.route: no route is named "apl"; use one of the names under routes: (api)`}},
+	{"policy route of the shorthand", "upstream: http://a:1\npolicies: [{name: p, quota: 1, window: 1s, match: {route: default}}]", nil},
 	{"log_format", "log_format: yaml", []string{`log_format: unknown log format "yaml"; use one of text, json`}},
 }
 
@@ -737,70 +782,94 @@ var configFields = map[string]struct {
 	def, doc string
 	checked  bool
 }{
-	"listen":                        {def: ":8443", checked: true},
-	"alt_svc":                       {def: "<nil>", checked: true},
-	"shutdown_timeout":              {def: "10s", checked: true},
-	"upstream_timeout":              {def: "30s", checked: true},
-	"upstream":                      {def: "", checked: true},
-	"trusted_proxies":               {def: "[]", checked: true},
-	"tls.certificates[].cert":       {def: "", checked: true},
-	"tls.certificates[].key":        {def: "", checked: true},
-	"http_listen":                   {def: "", checked: true},
-	"tls.acme.email":                {def: "", checked: true},
-	"tls.acme.domains":              {def: "[]", checked: true},
-	"tls.acme.ca":                   {def: "https://acme-v02.api.letsencrypt.org/directory", checked: true},
-	"tls.acme.ca_roots":             {def: "[]", checked: true},
-	"tls.acme.challenges":           {def: "[tls-alpn-01]", checked: true},
-	"tls.acme.storage":              {def: ""},
-	"redis.url":                     {def: "", checked: true},
-	"redis.cluster":                 {def: "[]", checked: true},
-	"redis.sentinel.master":         {def: "", checked: true},
-	"redis.sentinel.addrs":          {def: "[]", checked: true},
-	"redis.username":                {def: "", checked: true},
-	"redis.password":                {def: "", checked: true},
-	"redis.tls":                     {def: "false", checked: true},
-	"redis.timeout":                 {def: "10ms", checked: true},
-	"admin.listen":                  {def: "127.0.0.1:9090", checked: true},
-	"admin.token":                   {def: "", checked: true},
-	"ip.connections.rate":           {def: "20", checked: true},
-	"ip.connections.burst":          {def: "40", checked: true},
-	"ip.streams.rate":               {def: "200", checked: true},
-	"ip.streams.burst":              {def: "400", checked: true},
-	"ip.max_connections":            {def: "64", checked: true},
-	"ip.max_streams_per_connection": {def: "100", checked: true},
-	"ip.retry_above":                {def: "1000", checked: true},
-	"ip.max_tracked":                {def: "1000000", checked: true},
-	"ip.ipv4_prefix":                {def: "32", checked: true},
-	"ip.ipv6_prefix":                {def: "64", checked: true},
-	"keys.file":                     {def: ""}, // a path; keys.redis_hash's check covers both
-	"keys.redis_hash":               {def: "", checked: true},
-	"keys.default_plan":             {def: "anonymous"},
-	"keys.secret":                   {def: ""},
-	"policies[].name":               {def: "", checked: true},
-	"policies[].match.path_prefix":  {def: "", checked: true},
-	"policies[].match.methods":      {def: "[]", checked: true},
-	"policies[].match.host":         {def: "", checked: true},
-	"policies[].match.plan":         {def: ""},
-	"policies[].key":                {def: "[ip]", checked: true},
-	"policies[].algorithm":          {def: "token_bucket", checked: true},
-	"policies[].quota":              {def: "0", checked: true},
-	"policies[].window":             {def: "0s", checked: true},
-	"policies[].unit":               {def: "requests", checked: true},
-	"policies[].scope":              {def: "global", checked: true}, // redis is set
-	"policies[].on_store_failure":   {def: "open", checked: true},
-	"policies[].mode":               {def: "enforce", checked: true},
-	"policies[].max_delay":          {def: "0s", checked: true},
-	"policies[].lease":              {def: "0", checked: true},
-	"abuse.rejections":              {def: "50", checked: true},
-	"abuse.within":                  {def: "10s", checked: true},
-	"abuse.ban":                     {def: "1m0s", doc: "1m", checked: true},
-	"abuse.max_ban":                 {def: "1h0m0s", doc: "1h", checked: true},
-	"abuse.share":                   {def: "true"},
-	"legacy_headers":                {def: "false"},
-	"log_format":                    {def: "text", checked: true},
-	"access_log.path":               {def: "stdout", checked: true},
-	"access_log.format":             {def: "json", checked: true},
-	"access_log.sample":             {def: "1", checked: true},
+	"listen":                            {def: ":8443", checked: true},
+	"alt_svc":                           {def: "<nil>", checked: true},
+	"shutdown_timeout":                  {def: "10s", checked: true},
+	"upstream_timeout":                  {def: "30s", checked: true},
+	"upstream":                          {def: "", checked: true},
+	"trusted_proxies":                   {def: "[]", checked: true},
+	"tls.certificates[].cert":           {def: "", checked: true},
+	"tls.certificates[].key":            {def: "", checked: true},
+	"http_listen":                       {def: "", checked: true},
+	"tls.acme.email":                    {def: "", checked: true},
+	"tls.acme.domains":                  {def: "[]", checked: true},
+	"tls.acme.ca":                       {def: "https://acme-v02.api.letsencrypt.org/directory", checked: true},
+	"tls.acme.ca_roots":                 {def: "[]", checked: true},
+	"tls.acme.challenges":               {def: "[tls-alpn-01]", checked: true},
+	"tls.acme.storage":                  {def: ""},
+	"redis.url":                         {def: "", checked: true},
+	"redis.cluster":                     {def: "[]", checked: true},
+	"redis.sentinel.master":             {def: "", checked: true},
+	"redis.sentinel.addrs":              {def: "[]", checked: true},
+	"redis.username":                    {def: "", checked: true},
+	"redis.password":                    {def: "", checked: true},
+	"redis.tls":                         {def: "false", checked: true},
+	"redis.timeout":                     {def: "10ms", checked: true},
+	"admin.listen":                      {def: "127.0.0.1:9090", checked: true},
+	"admin.token":                       {def: "", checked: true},
+	"ip.connections.rate":               {def: "20", checked: true},
+	"ip.connections.burst":              {def: "40", checked: true},
+	"ip.streams.rate":                   {def: "200", checked: true},
+	"ip.streams.burst":                  {def: "400", checked: true},
+	"ip.max_connections":                {def: "64", checked: true},
+	"ip.max_streams_per_connection":     {def: "100", checked: true},
+	"ip.retry_above":                    {def: "1000", checked: true},
+	"ip.max_tracked":                    {def: "1000000", checked: true},
+	"ip.ipv4_prefix":                    {def: "32", checked: true},
+	"ip.ipv6_prefix":                    {def: "64", checked: true},
+	"keys.file":                         {def: ""}, // a path; keys.redis_hash's check covers both
+	"keys.redis_hash":                   {def: "", checked: true},
+	"keys.default_plan":                 {def: "anonymous"},
+	"keys.secret":                       {def: ""},
+	"policies[].name":                   {def: "", checked: true},
+	"policies[].match.path_prefix":      {def: "", checked: true},
+	"policies[].match.methods":          {def: "[]", checked: true},
+	"policies[].match.host":             {def: "", checked: true},
+	"policies[].match.plan":             {def: ""},
+	"policies[].match.route":            {def: "", checked: true},
+	"upstreams.<name>.targets":          {def: "[]", checked: true},
+	"upstreams.<name>.balance":          {def: "round_robin", checked: true},
+	"upstreams.<name>.health.path":      {def: "/healthz", checked: true},
+	"upstreams.<name>.health.interval":  {def: "5s", checked: true},
+	"upstreams.<name>.health.timeout":   {def: "1s", checked: true},
+	"upstreams.<name>.health.unhealthy": {def: "3", checked: true},
+	"upstreams.<name>.health.healthy":   {def: "2", checked: true},
+	"upstreams.<name>.passive.failures": {def: "5", checked: true},
+	"upstreams.<name>.passive.within":   {def: "10s", checked: true},
+	"upstreams.<name>.passive.eject":    {def: "30s", checked: true},
+	"upstreams.<name>.retries":          {def: "1", checked: true},
+	"upstreams.<name>.timeout":          {def: "30s", checked: true},
+	"upstreams.<name>.max_connections":  {def: "1024", checked: true},
+	"upstreams.<name>.ca":               {def: ""}, // a path, read when the pool is built
+	"routes[].name":                     {def: "", checked: true},
+	"routes[].match.host":               {def: "", checked: true},
+	"routes[].match.path_prefix":        {def: "", checked: true},
+	"routes[].match.methods":            {def: "[]", checked: true},
+	"routes[].match.headers":            {def: "map[]", checked: true},
+	"routes[].upstream":                 {def: "", checked: true},
+	"routes[].strip_prefix":             {def: "", checked: true},
+	"routes[].max_body":                 {def: "0", checked: true},
+	"routes[].max_duration":             {def: "0s", checked: true},
+	"policies[].key":                    {def: "[ip]", checked: true},
+	"policies[].algorithm":              {def: "token_bucket", checked: true},
+	"policies[].quota":                  {def: "0", checked: true},
+	"policies[].window":                 {def: "0s", checked: true},
+	"policies[].unit":                   {def: "requests", checked: true},
+	"policies[].scope":                  {def: "global", checked: true}, // redis is set
+	"policies[].on_store_failure":       {def: "open", checked: true},
+	"policies[].mode":                   {def: "enforce", checked: true},
+	"policies[].max_delay":              {def: "0s", checked: true},
+	"policies[].lease":                  {def: "0", checked: true},
+	"abuse.rejections":                  {def: "50", checked: true},
+	"abuse.within":                      {def: "10s", checked: true},
+	"abuse.ban":                         {def: "1m0s", doc: "1m", checked: true},
+	"abuse.max_ban":                     {def: "1h0m0s", doc: "1h", checked: true},
+	"abuse.share":                       {def: "true"},
+	"legacy_headers":                    {def: "false"},
+	"log_format":                        {def: "text", checked: true},
+	"access_log.path":                   {def: "stdout", checked: true},
+	"access_log.format":                 {def: "json", checked: true},
+	"access_log.sample":                 {def: "1", checked: true},
 }
 
 // TestConfigFieldsAccountedFor fails when a field of Config, at any depth, is not in
@@ -827,7 +896,7 @@ func TestConfigFieldsAccountedFor(t *testing.T) {
 	docs := fieldDocs(t)
 	for _, p := range paths {
 		f := configFields[p]
-		v := valueAt(reflect.ValueOf(c), strings.ReplaceAll(p, "[]", "[0]"))
+		v := valueAt(reflect.ValueOf(c), strings.ReplaceAll(strings.ReplaceAll(p, "[]", "[0]"), "<name>", "x"))
 		got := "<nil>"
 		if v.IsValid() {
 			got = fmt.Sprint(v.Interface())
@@ -835,7 +904,7 @@ func TestConfigFieldsAccountedFor(t *testing.T) {
 		if got != f.def {
 			t.Errorf("%s: default %q, configFields says %q", p, got, f.def)
 		}
-		if want := cmpOr(f.doc, f.def); !slices.Contains([]string{"", "0", "0s", "[]", "false", "<nil>"}, f.def) {
+		if want := cmpOr(f.doc, f.def); !slices.Contains([]string{"", "0", "0s", "[]", "map[]", "false", "<nil>"}, f.def) {
 			if doc := strings.Join(docs(p), ""); !strings.Contains(doc, want) {
 				t.Errorf("%s: the doc comment does not state the default %s: %q", p, want, doc)
 			}
@@ -845,9 +914,11 @@ func TestConfigFieldsAccountedFor(t *testing.T) {
 	// Checks: a validation case names every checked field.
 	checked := map[string]bool{}
 	index := regexp.MustCompile(`\[\d+\]`)
+	upstreamName := regexp.MustCompile(`^upstreams\.[^.]+`)
 	for _, tc := range validationCases {
 		for _, w := range tc.want {
 			path, _, _ := strings.Cut(w, ": ")
+			path = upstreamName.ReplaceAllString(path, "upstreams.<name>")
 			checked[strings.TrimSuffix(index.ReplaceAllString(path, "[]"), "[]")] = true
 		}
 	}
@@ -879,6 +950,8 @@ func leaves(t reflect.Type, prefix string, out *[]string) {
 		}
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		leaves(t.Elem(), prefix+"[]", out)
+	case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct:
+		leaves(t.Elem(), prefix+".<name>", out)
 	default:
 		*out = append(*out, prefix)
 	}
@@ -903,6 +976,13 @@ func allocate(v reflect.Value) {
 		if v.Type().Elem().Kind() == reflect.Struct {
 			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
 			allocate(v.Index(0))
+		}
+	case reflect.Map:
+		if v.Type().Elem().Kind() == reflect.Struct {
+			e := reflect.New(v.Type().Elem()).Elem()
+			allocate(e)
+			v.Set(reflect.MakeMap(v.Type()))
+			v.SetMapIndex(reflect.ValueOf("x"), e)
 		}
 	}
 }
@@ -954,7 +1034,10 @@ func fieldDocsOf(docs map[string]string) func(path string) []string {
 		var along []string
 		typ := reflect.TypeFor[Config]()
 		for _, seg := range strings.Split(strings.ReplaceAll(path, "[]", ""), ".") {
-			for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			if seg == "<name>" {
+				continue
+			}
+			for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map {
 				typ = typ.Elem()
 			}
 			_, index := yamlFields(typ)

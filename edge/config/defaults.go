@@ -92,6 +92,7 @@ func (c *Config) ApplyDefaults() {
 		l.Format = cmp.Or(l.Format, "json")
 		l.Sample = cmp.Or(l.Sample, 1)
 	}
+	c.defaultRoutes()
 
 	// Validate reports the entries that do not parse.
 	c.trusted = nil // a fresh slice: an earlier one may still be in use

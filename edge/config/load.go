@@ -192,6 +192,7 @@ type decoder struct {
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	stringType   = reflect.TypeFor[string]()
+	sizeType     = reflect.TypeFor[Size]()
 )
 
 func (d *decoder) fail(n *yaml.Node, path, problem string) {
@@ -233,6 +234,8 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		d.mapping(n, r, v, path)
 	case t.Kind() == reflect.Slice:
 		d.sequence(n, r, v, path)
+	case t.Kind() == reflect.Map:
+		d.dict(n, r, v, path)
 	default:
 		d.scalar(n, r, v, path)
 	}
@@ -331,18 +334,10 @@ func (d *decoder) mapping(n, r *yaml.Node, v reflect.Value, path string) {
 		if isMerge(k) {
 			continue
 		}
-		kr := resolve(k)
-		if kr.Kind != yaml.ScalarNode {
-			d.fail(k, path, "a key must be a plain name, not "+kindName(kr.Kind))
+		name, p, ok := d.key(k, path, seen)
+		if !ok {
 			continue
 		}
-		name := kr.Value
-		p := join(path, name)
-		if line, dup := seen[name]; dup {
-			d.fail(k, p, fmt.Sprintf("repeated key; it is already set on line %d", line))
-			continue
-		}
-		seen[name] = k.Line
 		f, ok := index[name]
 		if !ok {
 			problem := "unknown field"
@@ -358,6 +353,53 @@ func (d *decoder) mapping(n, r *yaml.Node, v reflect.Value, path string) {
 		}
 		d.value(val, v.Field(f), p)
 	}
+}
+
+// key reads the key k of a mapping at path, with seen the keys so far and their lines,
+// and returns its name and path; false after a problem (not a plain name, repeated).
+func (d *decoder) key(k *yaml.Node, path string, seen map[string]int) (name, p string, ok bool) {
+	kr := resolve(k)
+	if kr.Kind != yaml.ScalarNode {
+		d.fail(k, path, "a key must be a plain name, not "+kindName(kr.Kind))
+		return "", "", false
+	}
+	name = kr.Value
+	p = join(path, name)
+	if line, dup := seen[name]; dup {
+		d.fail(k, p, fmt.Sprintf("repeated key; it is already set on line %d", line))
+		return "", "", false
+	}
+	seen[name] = k.Line
+	return name, p, true
+}
+
+// dict decodes a mapping of names (upstreams:, a route's headers:) into a map with
+// string keys; each entry's path is its parent's and the name, "upstreams.api".
+func (d *decoder) dict(n, r *yaml.Node, v reflect.Value, path string) {
+	if r.Kind != yaml.MappingNode {
+		d.fail(n, path, "must be "+describe(v.Type())+", not "+kindName(r.Kind))
+		return
+	}
+	m := reflect.MakeMapWithSize(v.Type(), len(r.Content)/2)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(r.Content); i += 2 {
+		k, val := r.Content[i], r.Content[i+1]
+		if isMerge(k) {
+			d.fail(k, path, "a merge (<<) is not taken in a mapping of names; write the entries out")
+			continue
+		}
+		name, p, ok := d.key(k, path, seen)
+		if !ok {
+			continue
+		}
+		if d.pos != nil {
+			d.pos[p] = place(k, val)
+		}
+		e := reflect.New(v.Type().Elem()).Elem()
+		d.value(val, e, p)
+		m.SetMapIndex(reflect.ValueOf(name), e)
+	}
+	v.Set(m)
 }
 
 // place is where a problem with a key's value is shown: at the value when it is a
@@ -408,6 +450,9 @@ func describe(t reflect.Type) string {
 	if t == durationType {
 		return "a duration such as 10s"
 	}
+	if t == sizeType {
+		return "a size such as 65536, 64KiB or 10MiB"
+	}
 	switch t.Kind() {
 	case reflect.Pointer:
 		return describe(t.Elem())
@@ -421,6 +466,8 @@ func describe(t reflect.Type) string {
 		return "a number"
 	case reflect.Slice:
 		return "a list such as [a, b]"
+	case reflect.Map:
+		return "a mapping of names (name: value lines)"
 	case reflect.Struct:
 		return "a mapping (name: value lines)"
 	}

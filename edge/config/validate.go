@@ -332,6 +332,14 @@ func valueAt(v reflect.Value, path string) reflect.Value {
 		if i := strings.IndexAny(path, ".["); i >= 0 {
 			name = path[:i]
 		}
+		if v.Kind() == reflect.Map && v.Type().Key().Kind() == reflect.String {
+			e := v.MapIndex(reflect.ValueOf(name).Convert(v.Type().Key()))
+			if !e.IsValid() {
+				return reflect.Value{}
+			}
+			v, path = e, path[len(name):]
+			continue
+		}
 		if v.Kind() != reflect.Struct {
 			return reflect.Value{}
 		}
@@ -466,6 +474,7 @@ func (c *Config) problems() checker {
 	for i := range c.Policies {
 		c.checkPolicy(&k, i, names)
 	}
+	c.checkRoutes(&k)
 	a := c.Abuse
 	if a.Rejections <= 0 {
 		k.add("abuse.rejections", "must be more than 0 (got %d)", a.Rejections)
@@ -595,16 +604,7 @@ func (c *Config) checkIP(k *checker) {
 func (c *Config) checkPolicy(k *checker, i int, names map[string]int) {
 	p := c.Policies[i]
 	path := fmt.Sprintf("policies[%d]", i)
-	switch j, dup := names[p.Name]; {
-	case p.Name == "":
-		k.add(path+".name", "required: the policy's name in the RateLimit fields, such as burst")
-	case !isSFString(p.Name):
-		k.add(path+".name", `must be printable ASCII without '"' or '\' (got %q)`, p.Name)
-	case dup:
-		k.add(path+".name", "%q is already the name of policies[%d]; names must be unique", p.Name, j)
-	default:
-		names[p.Name] = i
-	}
+	k.name(path, "policies", i, p.Name, names, "the policy's name in the RateLimit fields, such as burst")
 	k.enum(path+".algorithm", "algorithm", p.Algorithm, algorithms)
 	k.enum(path+".unit", "unit", p.Unit, units)
 	if slices.Contains(algorithms, p.Algorithm) && slices.Contains(units, p.Unit) {
@@ -668,6 +668,21 @@ func (c *Config) checkPolicy(k *checker, i int, names map[string]int) {
 	}
 	if h := p.Match.Host; h != "" && (strings.ContainsAny(h, "/ \t@") || hasControl(h)) {
 		k.add(path+".match.host", "must be a host name such as api.example.com, without scheme or path (got %q)", h)
+	}
+}
+
+// name checks the name of list[i] at path: required (need says what it is), a
+// Structured Fields String, unique among names (name → index so far).
+func (k *checker) name(path, list string, i int, name string, names map[string]int, need string) {
+	switch j, dup := names[name]; {
+	case name == "":
+		k.add(path+".name", "required: %s", need)
+	case !isSFString(name):
+		k.add(path+".name", `must be printable ASCII without '"' or '\' (got %q)`, name)
+	case dup:
+		k.add(path+".name", "%q is already the name of %s[%d]; names must be unique", name, list, j)
+	default:
+		names[name] = i
 	}
 }
 

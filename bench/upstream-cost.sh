@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# upstream-cost.sh: what h3edge's proxy leg costs in one build against another, as the
+# ratio of CPU per proxied request (issue 12 kept the proxy path of `upstream: URL`).
+#
+#   bench/upstream-cost.sh [-s SECONDS] [-r ROUNDS] BASE NEW
+#
+# BASE and NEW are h3edge binaries. Each serves `upstream:` to its own Go HTTP/1.1
+# origin (net/http, "ok"); both h3edges run side by side on CPU 0, the origins and one
+# h2load each (-c 16 -m 16) on CPU 1, so both meet the same machine. Each round prints
+# both builds' CPU µs per request (utime+stime from /proc ÷ requests h2load saw
+# succeed) and NEW ÷ BASE. Run it with BASE as NEW too to see the script's own bias
+# (on the VM of 2026-12-01 the second slot read 0.98–0.99). Needs taskset and h2load;
+# traffic stays on 127.0.0.1; every run stops by itself.
+set -euo pipefail
+export GOTOOLCHAIN=go1.27.3 # go.mod's Go (README)
+secs=4 rounds=3
+while getopts "s:r:" o; do
+	case $o in
+	s) secs=$OPTARG ;;
+	r) rounds=$OPTARG ;;
+	*) exit 2 ;;
+	esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-s SECONDS] [-r ROUNDS] BASE NEW" >&2; exit 2; }
+base=$1 new=$2
+d=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill $p 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$d"' EXIT
+cat >"$d/origin.go" <<'GO'
+package main
+
+import (
+	"net/http"
+	"os"
+)
+
+func main() {
+	http.ListenAndServe(os.Args[1], http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+}
+GO
+(cd "$d" && go build -o origin origin.go)
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# start BINARY: an origin and an h3edge proxying to it; sets spid and sport. Not in a
+# subshell, so that the trap knows every process to stop.
+start() {
+	local o
+	sport=$(port) o=$(port)
+	taskset -c 1 "$d/origin" "127.0.0.1:$o" &
+	pids+=($!)
+	cat >"$d/$sport.yaml" <<Y
+listen: "127.0.0.1:$sport"
+admin: {listen: "off"}
+ip: {connections: {rate: 100000, burst: 100000}, streams: {rate: 1000000, burst: 1000000}, max_connections: 100000, max_streams_per_connection: 1000}
+abuse: {rejections: 1000000000}
+upstream: http://127.0.0.1:$o
+Y
+	XDG_CACHE_HOME=$d/cache taskset -c 0 "$1" -config "$d/$sport.yaml" >"$d/$sport.log" 2>&1 &
+	spid=$!
+	pids+=($spid)
+}
+start "$base"
+pb=$spid portb=$sport
+start "$new"
+pn=$spid portn=$sport
+for _ in $(seq 100); do
+	curl -sk -o /dev/null "https://127.0.0.1:$portb/" && curl -sk -o /dev/null "https://127.0.0.1:$portn/" && break
+	sleep 0.1
+done
+cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+for _ in $(seq "$rounds"); do
+	b0=$(cpu "$pb") n0=$(cpu "$pn")
+	taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$portb/" >"$d/b.txt" 2>&1 &
+	h1=$!
+	taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$portn/" >"$d/n.txt" 2>&1 &
+	h2=$!
+	wait $h1 $h2
+	b1=$(cpu "$pb") n1=$(cpu "$pn")
+	rb=$(grep -o '[0-9]* succeeded' "$d/b.txt" | awk '{print $1}') rn=$(grep -o '[0-9]* succeeded' "$d/n.txt" | awk '{print $1}')
+	hz=$(getconf CLK_TCK)
+	awk -v b=$((b1 - b0)) -v n=$((n1 - n0)) -v rb="$rb" -v rn="$rn" -v hz="$hz" 'BEGIN {
+		cb = b * 1e6 / hz / rb; cn = n * 1e6 / hz / rn
+		printf "base %d req %.1f µs/req   new %d req %.1f µs/req   new÷base %.3f\n", rb, cb, rn, cn, cn / cb }'
+done

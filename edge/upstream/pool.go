@@ -1,0 +1,300 @@
+// Package upstream is h3edge's side towards the origins: pools of weighted targets,
+// load balancing (round robin, least requests by two random choices, rendezvous
+// hashing by client key), active health checks and passive outlier ejection, retries
+// under a retry budget, and the proxying transport (DESIGN.md §9).
+//
+// A Pool is an http.Handler: it proxies a request with net/http/httputil's
+// ReverseProxy to one of its targets, each reached through its own Transport, so the
+// transport can be replaced (Config.NewTransport) without touching balancing, health
+// or retries.
+package upstream
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors a Pool hands its ErrorHandler; others are the transport's.
+var (
+	// ErrNoHealthy: every target is ejected or failing its health checks. Answer 503
+	// with Retry-After (NoHealthyError tells when to retry).
+	ErrNoHealthy = errors.New("upstream: no healthy target")
+	// ErrTimeout: no response header within Config.Timeout (queueing for a connection
+	// and dialling included). It wraps context.DeadlineExceeded.
+	ErrTimeout = timeoutError{}
+)
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "upstream: no response header within the timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+func (timeoutError) Unwrap() error   { return context.DeadlineExceeded }
+
+// NoHealthyError is ErrNoHealthy with the time after which a target may be back.
+type NoHealthyError struct {
+	// RetryAfter is when the earliest ejection ends, or the health check interval;
+	// at least 1s.
+	RetryAfter time.Duration
+}
+
+func (e *NoHealthyError) Error() string { return ErrNoHealthy.Error() }
+
+// Is makes errors.Is(err, ErrNoHealthy) hold.
+func (e *NoHealthyError) Is(target error) bool { return target == ErrNoHealthy }
+
+// Balance is how a pool picks a target.
+type Balance int
+
+const (
+	// RoundRobin takes the targets in turn, in proportion to their weights (smooth
+	// weighted round robin: a weight-3 target is not sent three requests in a row).
+	RoundRobin Balance = iota
+	// LeastRequests takes the target with fewer requests in flight (per unit of
+	// weight) of two chosen at random: near the best choice at the cost of two reads.
+	LeastRequests
+	// Hash takes the target with the highest rendezvous score for the request's client
+	// key (WithClientKey): a key stays on its target while it is healthy, and a target
+	// that leaves moves only its own keys. Requests without a key go round robin.
+	Hash
+)
+
+// ParseBalance maps the configuration's names to a Balance.
+func ParseBalance(s string) (Balance, bool) {
+	switch s {
+	case "round_robin", "":
+		return RoundRobin, true
+	case "least_requests":
+		return LeastRequests, true
+	case "hash":
+		return Hash, true
+	}
+	return 0, false
+}
+
+func (b Balance) String() string {
+	switch b {
+	case LeastRequests:
+		return "least_requests"
+	case Hash:
+		return "hash"
+	}
+	return "round_robin"
+}
+
+// Target is one origin of a pool.
+type Target struct {
+	// URL is the target's base: scheme http, https or h2c (HTTP/2 without TLS), host
+	// and port; a path, if any, is put before every request's.
+	URL *url.URL
+	// Weight is the target's share relative to the others'. If zero, 1 is used.
+	Weight int
+}
+
+// HealthCheck configures active checks: a GET of Path on every target every Interval,
+// jittered by ±10 %.
+type HealthCheck struct {
+	Path      string        // request path; 2xx and 3xx are successes
+	Interval  time.Duration // between two checks of one target; at least 10ms
+	Timeout   time.Duration // bound of one check; if zero, Interval
+	Unhealthy int           // failures in a row that take a target out; if zero, 1
+	Healthy   int           // successes in a row that bring it back; if zero, 1
+}
+
+// Passive configures outlier ejection from the outcomes of real requests: Failures
+// (connect errors, timeouts, resets, 5xx) within Within eject a target for Eject, then
+// one successful request or check brings it back, one more failure ejects it again.
+type Passive struct {
+	Failures int // if zero, passive ejection is off
+	Within   time.Duration
+	Eject    time.Duration
+}
+
+// Config describes a pool. Only Name and Targets are required.
+type Config struct {
+	// Name names the pool in metrics, logs and the status.
+	Name string
+	// Targets are the pool's origins. At least one; a retry avoids the targets tried
+	// before among the first 64.
+	Targets []Target
+	// Balance picks a target per request.
+	Balance Balance
+	// Health, if not nil, turns on active checks.
+	Health *HealthCheck
+	// Passive configures outlier ejection (off when Failures is zero).
+	Passive Passive
+	// Retries bounds the tries after the first: on another target, for a request that
+	// never reached one (connection refused, reset before the request was written)
+	// whatever its method, and for an idempotent request also after an error before
+	// the response header or a 502 or 503 — all within the retry budget (RetryBudget
+	// of the pool's requests in the last 10 s) and only for a body not read yet or
+	// read whole within MaxReplayBody.
+	Retries int
+	// Timeout bounds the wait for a response header per try. If zero, 30s is used.
+	Timeout time.Duration
+	// MaxConnections caps the connections to each target (requests over it wait for
+	// one, within Timeout). If zero, there is no cap.
+	MaxConnections int
+	// RootCAs verifies https:// targets. If nil, the system roots are used.
+	RootCAs *x509.CertPool
+	// Rewrite, if not nil, adjusts each outgoing request (forwarded fields, Host) after
+	// the pool has set it up; it must not change the URL's scheme or host.
+	Rewrite func(*httputil.ProxyRequest)
+	// ErrorHandler answers a request the pool could not proxy: ErrNoHealthy (a
+	// *NoHealthyError), ErrTimeout, or the transport's error. If nil, 502 (503 and 504
+	// for those two) with no body.
+	ErrorHandler func(http.ResponseWriter, *http.Request, error)
+	// NewTransport builds the transport of one target. If nil, DefaultTransport.
+	NewTransport func(Target, *Config) Transport
+	// Logger receives health transitions. If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// Pool proxies requests to a set of targets. Make it with New, stop it with Close.
+// It is safe for concurrent use.
+type Pool struct {
+	cfg     Config
+	targets []*target
+	proxy   *httputil.ReverseProxy
+	log     *slog.Logger
+	budget  retryBudget
+	stats   poolStats
+	rr      smoothRR
+
+	inflight atomic.Int64
+	closed   atomic.Bool
+	ctx      context.Context // ends when the pool closes: health checks stop
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New builds a pool and starts its health checks.
+func New(cfg Config) (*Pool, error) {
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("upstream: a pool needs at least one target")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.NewTransport == nil {
+		cfg.NewTransport = DefaultTransport
+	}
+	if h := cfg.Health; h != nil {
+		hc := *h
+		if hc.Interval < 10*time.Millisecond {
+			return nil, errors.New("upstream: health interval below 10ms")
+		}
+		if hc.Timeout <= 0 || hc.Timeout > hc.Interval {
+			hc.Timeout = hc.Interval
+		}
+		hc.Unhealthy, hc.Healthy = max(hc.Unhealthy, 1), max(hc.Healthy, 1)
+		cfg.Health = &hc
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	p := &Pool{cfg: cfg, log: log.With("component", "upstream", "upstream", cfg.Name)}
+	p.ctx, p.stop = context.WithCancel(context.Background())
+	for i, t := range cfg.Targets {
+		if t.URL == nil || t.URL.Host == "" {
+			return nil, errors.New("upstream: a target needs a URL with a host")
+		}
+		if t.Weight <= 0 {
+			t.Weight = 1
+		}
+		p.targets = append(p.targets, newTarget(i, t, cfg.NewTransport(t, &cfg)))
+	}
+	p.proxy = &httputil.ReverseProxy{
+		Transport: (*roundTripper)(p),
+		Rewrite:   p.rewrite,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if cfg.ErrorHandler != nil {
+				cfg.ErrorHandler(w, r, err)
+				return
+			}
+			switch {
+			case errors.Is(err, ErrNoHealthy):
+				w.WriteHeader(http.StatusServiceUnavailable)
+			case errors.Is(err, context.DeadlineExceeded):
+				w.WriteHeader(http.StatusGatewayTimeout)
+			default:
+				w.WriteHeader(http.StatusBadGateway)
+			}
+		},
+	}
+	if cfg.Health != nil {
+		for _, t := range p.targets {
+			p.wg.Add(1)
+			go p.runChecks(t)
+		}
+	}
+	return p, nil
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.cfg.Name }
+
+// Balance returns how the pool picks a target.
+func (p *Pool) Balance() Balance { return p.cfg.Balance }
+
+// ServeHTTP proxies r to one of the pool's targets, retrying on another as Config.Retries
+// allows. Responses stream: bodies of unknown length are flushed as they arrive.
+func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.proxy.ServeHTTP(w, r)
+}
+
+// rewrite points the outgoing request at the pool; the try picks the target.
+func (p *Pool) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "upstream."+p.cfg.Name
+	pr.Out.Host = pr.In.Host
+	if p.cfg.Rewrite != nil {
+		p.cfg.Rewrite(pr)
+	}
+}
+
+// Close stops the health checks and closes the idle connections to the targets;
+// requests in flight finish, and the connections they used are closed once the last
+// one has (a reload that replaces the pool drains the old one this way).
+func (p *Pool) Close() {
+	if p.closed.Swap(true) {
+		return
+	}
+	p.stop()
+	p.wg.Wait()
+	p.closeIdle()
+}
+
+func (p *Pool) closeIdle() {
+	for _, t := range p.targets {
+		t.rt.CloseIdleConnections()
+	}
+}
+
+// requestDone notes the end of one request of the pool; the last one of a closed
+// pool closes the connections it left idle.
+func (p *Pool) requestDone() {
+	if p.inflight.Add(-1) == 0 && p.closed.Load() {
+		p.closeIdle()
+	}
+}
+
+type clientKey struct{}
+
+// WithClientKey returns a context that carries the client key a Hash pool hashes.
+func WithClientKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, clientKey{}, key)
+}
+
+func clientKeyOf(ctx context.Context) string {
+	k, _ := ctx.Value(clientKey{}).(string)
+	return k
+}

@@ -1,0 +1,463 @@
+package upstream
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// origin is a real HTTP/1.1 server on loopback that names itself in X-Origin and
+// counts the requests it got.
+type origin struct {
+	*httptest.Server
+	name   string
+	hits   atomic.Int64
+	health atomic.Int32 // status of /healthz; 0: 200
+}
+
+func startOrigin(t *testing.T, name string, h http.HandlerFunc) *origin {
+	t.Helper()
+	o := &origin{name: name}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			if c := o.health.Load(); c != 0 {
+				w.WriteHeader(int(c))
+			}
+			return
+		}
+		o.hits.Add(1)
+		w.Header().Set("X-Origin", name)
+		if h != nil {
+			h(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %d", name, r.URL.Path, len(body))
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+func tgt(t *testing.T, raw string, weight int) Target {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Target{URL: u, Weight: weight}
+}
+
+// deadURL is a loopback address nothing listens on: connections are refused.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
+// front serves pool p on a real loopback listener, as the edge does.
+func front(t *testing.T, p *Pool) string {
+	t.Helper()
+	s := httptest.NewServer(p)
+	t.Cleanup(func() { s.Close(); p.Close() })
+	return s.URL
+}
+
+func newPool(t *testing.T, cfg Config) *Pool {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = "test"
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// get sends one request and returns the origin that answered and the status.
+func get(t *testing.T, c *http.Client, req *http.Request) (string, int) {
+	t.Helper()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Header.Get("X-Origin"), resp.StatusCode
+}
+
+func mustReq(t *testing.T, method, url string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// TestRoundRobinSpread: 300 requests over 3 targets, each within ±10 % of 100.
+func TestRoundRobinSpread(t *testing.T) {
+	a, b, c := startOrigin(t, "a", nil), startOrigin(t, "b", nil), startOrigin(t, "c", nil)
+	url := front(t, newPool(t, Config{Targets: []Target{tgt(t, a.URL, 1), tgt(t, b.URL, 1), tgt(t, c.URL, 1)}}))
+	counts := map[string]int{}
+	for range 300 {
+		o, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/x", nil))
+		if code != 200 {
+			t.Fatalf("status %d", code)
+		}
+		counts[o]++
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if n := counts[name]; n < 90 || n > 110 {
+			t.Errorf("target %s got %d of 300, want 100 ± 10 (%v)", name, n, counts)
+		}
+	}
+}
+
+// TestWeights: weights 3:1 give 75 % ± 5 %, round robin and least_requests alike.
+func TestWeights(t *testing.T) {
+	for _, bal := range []Balance{RoundRobin, LeastRequests} {
+		t.Run(bal.String(), func(t *testing.T) {
+			a, b := startOrigin(t, "a", nil), startOrigin(t, "b", nil)
+			url := front(t, newPool(t, Config{Balance: bal, Targets: []Target{tgt(t, a.URL, 3), tgt(t, b.URL, 1)}}))
+			n := 400
+			heavy := 0
+			for range n {
+				if o, _ := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); o == "a" {
+					heavy++
+				}
+			}
+			if share := float64(heavy) / float64(n); share < 0.70 || share > 0.80 {
+				t.Errorf("weight-3 target got %.1f %% of %d requests, want 75 ± 5 %%", 100*share, n)
+			}
+		})
+	}
+}
+
+// TestHashSticky: every client key stays on one target over 300 requests; a target
+// that leaves moves only its own keys, and the others' stay where they were.
+func TestHashSticky(t *testing.T) {
+	os := []*origin{startOrigin(t, "a", nil), startOrigin(t, "b", nil), startOrigin(t, "c", nil)}
+	var targets []Target
+	for _, o := range os {
+		targets = append(targets, tgt(t, o.URL, 1))
+	}
+	p := newPool(t, Config{Balance: Hash, Targets: targets, Passive: Passive{Failures: 1, Within: time.Minute, Eject: time.Minute}, Retries: 1})
+	// The edge puts the client key in the context; here a front handler does.
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.ServeHTTP(w, r.WithContext(WithClientKey(r.Context(), r.Header.Get("X-Key"))))
+	}))
+	t.Cleanup(func() { s.Close(); p.Close() })
+	where := map[string]string{}
+	perTarget := map[string]int{}
+	for i := range 300 {
+		key := fmt.Sprintf("client-%d", i%30)
+		req := mustReq(t, "GET", s.URL+"/", nil)
+		req.Header.Set("X-Key", key)
+		o, _ := get(t, http.DefaultClient, req)
+		if prev, ok := where[key]; ok && prev != o {
+			t.Fatalf("key %s moved from %s to %s while both were healthy", key, prev, o)
+		}
+		where[key] = o
+		perTarget[o]++
+	}
+	if len(perTarget) != 3 {
+		t.Errorf("30 keys reached %v, want all three targets", perTarget)
+	}
+	// Target a leaves: its first request is refused, retried, and a is ejected.
+	os[0].Close()
+	for i := range 30 {
+		key := fmt.Sprintf("client-%d", i)
+		req := mustReq(t, "GET", s.URL+"/", nil)
+		req.Header.Set("X-Key", key)
+		o, code := get(t, http.DefaultClient, req)
+		if code != 200 {
+			t.Fatalf("key %s: status %d after target a left", key, code)
+		}
+		if where[key] != "a" && o != where[key] {
+			t.Errorf("key %s moved from %s to %s when a left", key, where[key], o)
+		}
+	}
+}
+
+// TestRetryNeverReached: a request whose target refuses the connection is retried on
+// another, whatever its method, body and all.
+func TestRetryNeverReached(t *testing.T) {
+	live := startOrigin(t, "live", nil)
+	dead := deadURL(t)
+	// Passive ejection takes the dead target out after its first refusal; without it
+	// the retry budget (20 %) would refuse the retries of half the requests.
+	url := front(t, newPool(t, Config{Retries: 1, Targets: []Target{tgt(t, dead, 1), tgt(t, live.URL, 1)},
+		Passive: Passive{Failures: 1, Within: time.Minute, Eject: time.Minute}}))
+	for i := range 20 {
+		resp, err := http.Post(url+"/p", "text/plain", strings.NewReader("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "live /p 5" {
+			t.Fatalf("POST %d: %d %q, want 200 from live with the 5-byte body", i, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestRetryIdempotent503: a GET answered 503 is retried on another target; a POST is
+// not (it reached the target).
+func TestRetryIdempotent503(t *testing.T) {
+	bad := startOrigin(t, "bad", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
+	good := startOrigin(t, "good", nil)
+	url := front(t, newPool(t, Config{Retries: 1, Targets: []Target{tgt(t, bad.URL, 1), tgt(t, good.URL, 1)}}))
+	for range 2 * minRetries { // every other one retried: within the budget's floor
+		if o, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 || o != "good" {
+			t.Fatalf("GET: %d from %s, want 200 from good", code, o)
+		}
+	}
+	saw503 := false
+	for range 10 {
+		if _, code := get(t, http.DefaultClient, mustReq(t, "POST", url+"/", strings.NewReader("x"))); code == 503 {
+			saw503 = true
+		}
+	}
+	if !saw503 {
+		t.Error("no POST got the 503: POSTs that reached a target were retried")
+	}
+}
+
+// TestRetryBodyBound: a PUT whose target read the whole body and then reset the
+// connection is retried when the body is within MaxReplayBody, not when it is larger.
+func TestRetryBodyBound(t *testing.T) {
+	resetter := startOrigin(t, "resetter", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}
+	})
+	good := startOrigin(t, "good", nil)
+	// The resetter is tried first: round robin starts with the first target.
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{10 << 10, 200}, {MaxReplayBody + 1, 502}} {
+		p := newPool(t, Config{Retries: 1, Targets: []Target{tgt(t, resetter.URL, 1), tgt(t, good.URL, 1)}})
+		url := front(t, p)
+		_, code := get(t, http.DefaultClient, mustReq(t, "PUT", url+"/", bytes.NewReader(make([]byte, tc.size))))
+		if code != tc.want {
+			t.Errorf("PUT of %d bytes: status %d, want %d", tc.size, code, tc.want)
+		}
+	}
+}
+
+// TestNoHealthy: with every target ejected, a request gets ErrNoHealthy at once, with
+// a Retry-After of the time left of the ejection.
+func TestNoHealthy(t *testing.T) {
+	var got error
+	var mu sync.Mutex
+	p := newPool(t, Config{
+		Retries: 1, Targets: []Target{tgt(t, deadURL(t), 1), tgt(t, deadURL(t), 1)},
+		Passive: Passive{Failures: 1, Within: time.Minute, Eject: 5 * time.Second},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			mu.Lock()
+			got = err
+			mu.Unlock()
+			w.WriteHeader(http.StatusServiceUnavailable)
+		},
+	})
+	url := front(t, p)
+	get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)) // both refused: both ejected
+	start := time.Now()
+	for range 10 {
+		if _, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 503 {
+			t.Fatalf("status %d, want 503", code)
+		}
+	}
+	if per := time.Since(start) / 10; per > 50*time.Millisecond {
+		t.Errorf("503 took %v per request, want < 50ms", per)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var nh *NoHealthyError
+	if !errors.As(got, &nh) || nh.RetryAfter < 4*time.Second || nh.RetryAfter > 5*time.Second {
+		t.Errorf("error %v, want a NoHealthyError retrying after the 5s ejection's rest", got)
+	}
+	for _, ts := range p.Stats().Targets {
+		if ts.State != "ejected" || ts.Healthy {
+			t.Errorf("target %s: state %s, want ejected", ts.URL, ts.State)
+		}
+	}
+}
+
+// TestRetryBudget: against targets that always answer 503, retries stay within 20 %
+// of the requests (plus the floor of minRetries).
+func TestRetryBudget(t *testing.T) {
+	h := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }
+	a, b := startOrigin(t, "a", h), startOrigin(t, "b", h)
+	p := newPool(t, Config{Retries: 3, Targets: []Target{tgt(t, a.URL, 1), tgt(t, b.URL, 1)}})
+	url := front(t, p)
+	n := 100
+	for range n {
+		get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil))
+	}
+	retries := p.Stats().Retries
+	if max := uint64(RetryBudget*float64(n)) + minRetries; retries > max || retries == 0 {
+		t.Errorf("%d retries for %d requests, want 1 to %d", retries, n, max)
+	}
+	if got := a.hits.Load() + b.hits.Load(); got != int64(n)+int64(retries) {
+		t.Errorf("targets saw %d requests, want %d", got, int64(n)+int64(retries))
+	}
+}
+
+// TestActiveHealth: failing checks take a target out after Unhealthy in a row, and
+// passing ones bring it back after Healthy; requests meanwhile go to the other.
+func TestActiveHealth(t *testing.T) {
+	a, b := startOrigin(t, "a", nil), startOrigin(t, "b", nil)
+	p := newPool(t, Config{
+		Targets: []Target{tgt(t, a.URL, 1), tgt(t, b.URL, 1)},
+		Health:  &HealthCheck{Path: "/healthz", Interval: 20 * time.Millisecond, Timeout: 20 * time.Millisecond, Unhealthy: 2, Healthy: 2},
+	})
+	url := front(t, p)
+	state := func() string { return p.Stats().Targets[0].State }
+	waitFor(t, 2*time.Second, "target a healthy", func() bool { return state() == "healthy" })
+	a.health.Store(500)
+	waitFor(t, 2*time.Second, "target a ejected by its checks", func() bool { return state() == "ejected" })
+	before := a.hits.Load()
+	for range 20 {
+		if o, _ := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); o != "b" {
+			t.Fatalf("request reached %s while a failed its checks", o)
+		}
+	}
+	if a.hits.Load() != before {
+		t.Fatal("a was sent requests while out")
+	}
+	a.health.Store(0)
+	waitFor(t, 2*time.Second, "target a back", func() bool { return state() == "healthy" })
+}
+
+// TestLeastRequests: a slow target holding requests gets fewer new ones.
+func TestLeastRequests(t *testing.T) {
+	release := make(chan struct{})
+	slow := startOrigin(t, "slow", func(w http.ResponseWriter, r *http.Request) { <-release })
+	fast := startOrigin(t, "fast", nil)
+	defer close(release)
+	url := front(t, newPool(t, Config{Balance: LeastRequests, Targets: []Target{tgt(t, slow.URL, 1), tgt(t, fast.URL, 1)}}))
+	c := &http.Client{Timeout: 10 * time.Second}
+	// Park a request on slow; with two targets both are always the two choices, so
+	// every later request must go to fast, which holds none.
+	waitFor(t, 5*time.Second, "a request parked on slow", func() bool {
+		go func() {
+			if resp, err := c.Get(url + "/"); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		return slow.hits.Load() >= 1
+	})
+	fastBefore := fast.hits.Load()
+	for range 50 {
+		get(t, c, mustReq(t, "GET", url+"/", nil))
+	}
+	// (A request the loop above launched last may land on fast too.)
+	if got := fast.hits.Load() - fastBefore; got < 50 {
+		t.Errorf("fast got %d of 50 while slow held requests, want all", got)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHTTPSTarget: an https:// target is verified against RootCAs: with the origin's
+// CA it answers, without it (system roots) the try fails on verification.
+func TestHTTPSTarget(t *testing.T) {
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }))
+	o.EnableHTTP2 = true
+	o.StartTLS()
+	t.Cleanup(o.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(o.Certificate())
+	var failure atomic.Value
+	for _, tc := range []struct {
+		roots *x509.CertPool
+		want  int
+	}{{roots, 200}, {nil, 502}} {
+		p := newPool(t, Config{Targets: []Target{tgt(t, o.URL, 1)}, RootCAs: tc.roots,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				failure.Store(err.Error())
+				w.WriteHeader(502)
+			}})
+		resp, err := http.Get(front(t, p) + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("roots %v: %d %q, want %d", tc.roots != nil, resp.StatusCode, body, tc.want)
+		}
+		if tc.want == 200 && string(body) != "HTTP/2.0" {
+			t.Errorf("https target spoken to over %s, want HTTP/2 (ALPN)", body)
+		}
+	}
+	if f, _ := failure.Load().(string); !strings.Contains(f, "certificate") {
+		t.Errorf("failure without the CA: %q, want a certificate error", f)
+	}
+}
+
+// TestMaxConnections: with max_connections 1, concurrent requests share one
+// connection to the target, one after the other.
+func TestMaxConnections(t *testing.T) {
+	var open, peak atomic.Int64
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // a slow answer, so that requests overlap
+		io.WriteString(w, "ok")
+	}))
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			if n := open.Add(1); n > peak.Load() {
+				peak.Store(n)
+			}
+		case http.StateClosed:
+			open.Add(-1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	url := front(t, newPool(t, Config{MaxConnections: 1, Targets: []Target{tgt(t, o.URL, 1)}}))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 {
+				t.Errorf("status %d", code)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p != 1 {
+		t.Errorf("%d connections open at once to the target, want 1", p)
+	}
+}

@@ -1,0 +1,370 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// MaxReplayBody is the largest request body a retry sends again: a body is kept as it
+// is read, up to this many bytes; a longer one, or one still being read when a try
+// fails, is not retried.
+const MaxReplayBody = 64 << 10
+
+// RetryBudget is the share of a pool's requests in the last 10 s that may be retries;
+// minRetries more are always allowed per 10 s, so a quiet pool can still retry.
+const (
+	RetryBudget = 0.2
+	minRetries  = 3
+)
+
+// roundTripper is the Pool seen by its ReverseProxy: it tries targets until one
+// answers or retrying is not allowed.
+type roundTripper Pool
+
+func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	return (*Pool)(rt).roundTrip(req)
+}
+
+func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
+	p.budget.request(time.Now())
+	key := ""
+	if p.cfg.Balance == Hash {
+		key = clientKeyOf(req.Context())
+	}
+	var body *replayBody
+	if req.Body != nil && req.Body != http.NoBody {
+		body = &replayBody{src: req.Body}
+	}
+	idempotent := isIdempotent(req)
+	var tried uint64
+	for attempt := 0; ; attempt++ {
+		now := time.Now()
+		t := p.pick(key, tried, now.UnixNano())
+		if t == nil { // only on the first try: a retry is made only when there is a target
+			return nil, &NoHealthyError{RetryAfter: p.retryAfter(now)}
+		}
+		if t.index < 64 {
+			tried |= 1 << t.index
+		}
+		resp, err, reached := p.try(req, t, body)
+		if req.Context().Err() != nil {
+			// The client went away: nothing to retry, and not the target's fault.
+			return resp, err
+		}
+		retry := attempt < p.cfg.Retries && body.replayable()
+		switch {
+		case err != nil:
+			retry = retry && (!reached || idempotent)
+		case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable:
+			retry = retry && idempotent
+		default:
+			retry = false
+		}
+		if retry && p.pick(key, tried, now.UnixNano()) != nil && p.budget.retry(time.Now()) {
+			p.stats.retries.Add(1)
+			if resp != nil {
+				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+				resp.Body.Close()
+			}
+			continue
+		}
+		return resp, err
+	}
+}
+
+// try sends req to t once, and records the outcome for t's health and the metrics.
+// reached is false when the request certainly did not reach t (the connection could
+// not be made).
+func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.Response, err error, reached bool) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
+	out := req.WithContext(ctx) // shallow: the header is not changed per try
+	u := *req.URL
+	u.Scheme, u.Host = t.dial.Scheme, t.dial.Host
+	if t.dial.Path != "" && t.dial.Path != "/" {
+		u.Path, u.RawPath = joinPath(t.dial.Path, req.URL.Path), ""
+	}
+	out.URL = &u
+	out.GetBody = nil
+	var ab *attemptBody
+	if body != nil {
+		ab = &attemptBody{rb: body}
+		out.Body = ab
+	}
+
+	t.inflight.Add(1)
+	p.inflight.Add(1)
+	start := time.Now()
+	resp, err = t.rt.RoundTrip(out)
+	timer.Stop()
+	elapsed := time.Since(start)
+	now := time.Now().UnixNano()
+	if err != nil {
+		if ab != nil {
+			ab.detach() // whatever the transport still reads belongs to no try
+		}
+		t.inflight.Add(-1)
+		p.requestDone()
+		cancel(nil)
+		if context.Cause(ctx) == ErrTimeout {
+			err = ErrTimeout
+		}
+		reached = !isDialError(err)
+		t.stats.errors.Add(1)
+		if req.Context().Err() == nil && p.failed(t, now) {
+			p.log.Warn("target ejected", "target", t.key, "reason", err.Error(), "for", p.cfg.Passive.Eject)
+		}
+		return nil, err, reached
+	}
+	t.observe(elapsed)
+	p.stats.duration.observe(elapsed)
+	t.stats.count(resp.StatusCode)
+	if resp.StatusCode >= 500 {
+		if p.failed(t, now) {
+			p.log.Warn("target ejected", "target", t.key, "reason", resp.Status, "for", p.cfg.Passive.Eject)
+		}
+	} else if t.succeed(now) {
+		p.log.Info("target back after ejection", "target", t.key)
+	}
+	if body != nil && resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusServiceUnavailable {
+		body.settle() // this try's answer stands: the rest of the body streams unkept
+	}
+	resp.Body = wrapBody(resp.Body, func() {
+		t.inflight.Add(-1)
+		cancel(nil)
+		p.requestDone()
+	})
+	return resp, nil, true
+}
+
+// failed records a failure of t, reporting whether it ejected t.
+func (p *Pool) failed(t *target, now int64) bool {
+	return t.fail(p.cfg.Passive, now)
+}
+
+// retryAfter is how long a client told "no healthy target" should wait: until the
+// earliest ejection ends, else a health check interval; 1s to 1m.
+func (p *Pool) retryAfter(now time.Time) time.Duration {
+	d := time.Duration(0)
+	for _, t := range p.targets {
+		if until := t.ejectedUntil.Load(); until > now.UnixNano() {
+			if left := time.Duration(until - now.UnixNano()); d == 0 || left < d {
+				d = left
+			}
+		}
+	}
+	if h := p.cfg.Health; h != nil && (d == 0 || h.Interval < d) {
+		d = h.Interval * time.Duration(h.Healthy)
+	}
+	return min(max(d, time.Second), time.Minute)
+}
+
+func joinPath(base, path string) string {
+	switch {
+	case base[len(base)-1] == '/' && len(path) > 0 && path[0] == '/':
+		return base + path[1:]
+	case base[len(base)-1] != '/' && (len(path) == 0 || path[0] != '/'):
+		return base + "/" + path
+	}
+	return base + path
+}
+
+// isIdempotent reports whether req may be sent twice (RFC 9110 §9.2.2). A request
+// with a body of its own is idempotent by method only when the body can be sent
+// again, which the caller checks.
+func isIdempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return req.Header.Get("Upgrade") == ""
+	}
+	return false
+}
+
+// isDialError reports whether err is a failure to connect: the request never left.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// replayBody keeps what has been read of a request body, up to MaxReplayBody, so
+// that a retry can send it again. Each try reads it through its own attemptBody;
+// a try that failed is detached and reads nothing more. It never closes the body
+// itself: the server does once the request is done.
+type replayBody struct {
+	src io.ReadCloser
+	// mu guards the fields below; src.Read runs outside it, with reading set.
+	mu       sync.Mutex
+	buf      []byte
+	consumed int64 // bytes read from src
+	overflow bool  // more than MaxReplayBody was read, or settle was called: buf is dropped
+	eof      bool
+	err      error
+	reading  bool
+}
+
+// replayable reports whether a new try can send the body from its start: nothing or
+// all of it read, and no read in progress. A nil replayBody (no body) is.
+func (b *replayBody) replayable() bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.overflow && !b.reading && (b.consumed == 0 || b.eof)
+}
+
+// settle stops keeping the body: no later try will send it. A try reading it reads on.
+func (b *replayBody) settle() {
+	b.mu.Lock()
+	b.overflow, b.buf = true, nil
+	b.mu.Unlock()
+}
+
+// attemptBody is one try's reader of a replayBody.
+type attemptBody struct {
+	rb       *replayBody
+	pos      int64 // bytes this try has read
+	detached bool  // guarded by rb.mu
+}
+
+var errDetached = errors.New("upstream: request body belongs to a later try")
+
+func (a *attemptBody) Read(p []byte) (int, error) {
+	b := a.rb
+	b.mu.Lock()
+	if a.detached {
+		b.mu.Unlock()
+		return 0, errDetached
+	}
+	if a.pos < b.consumed { // behind the frontier: from what was kept
+		if b.overflow {
+			b.mu.Unlock()
+			return 0, errDetached // not kept: replayable said no such try is made
+		}
+		n := copy(p, b.buf[a.pos:])
+		a.pos += int64(n)
+		b.mu.Unlock()
+		return n, nil
+	}
+	if b.eof || b.err != nil {
+		err := b.err
+		b.mu.Unlock()
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	b.reading = true
+	b.mu.Unlock()
+
+	n, err := b.src.Read(p)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reading = false
+	b.consumed += int64(n)
+	a.pos += int64(n)
+	if !b.overflow {
+		if len(b.buf)+n <= MaxReplayBody {
+			b.buf = append(b.buf, p[:n]...)
+		} else {
+			b.overflow, b.buf = true, nil
+		}
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		b.eof = true
+	case err != nil:
+		b.err = err
+	}
+	return n, err
+}
+
+// Close is a no-op: the transport closes the body of each try, the server the real one.
+func (a *attemptBody) Close() error { return nil }
+
+func (a *attemptBody) detach() {
+	a.rb.mu.Lock()
+	a.detached = true
+	a.rb.mu.Unlock()
+}
+
+// retryBudget counts a pool's requests and retries per second over the last 10 s.
+type retryBudget struct {
+	mu      sync.Mutex
+	buckets [10]struct {
+		sec               int64
+		requests, retries int
+	}
+}
+
+func (b *retryBudget) bucket(now time.Time) *struct {
+	sec               int64
+	requests, retries int
+} {
+	sec := now.Unix()
+	bk := &b.buckets[sec%int64(len(b.buckets))]
+	if bk.sec != sec {
+		bk.sec, bk.requests, bk.retries = sec, 0, 0
+	}
+	return bk
+}
+
+// request counts one request.
+func (b *retryBudget) request(now time.Time) {
+	b.mu.Lock()
+	b.bucket(now).requests++
+	b.mu.Unlock()
+}
+
+// retry takes one retry from the budget, reporting whether it allows one.
+func (b *retryBudget) retry(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cut := now.Unix() - int64(len(b.buckets))
+	requests, retries := 0, 0
+	for _, bk := range b.buckets {
+		if bk.sec > cut {
+			requests += bk.requests
+			retries += bk.retries
+		}
+	}
+	if retries >= minRetries && float64(retries+1) > RetryBudget*float64(requests) {
+		return false
+	}
+	b.bucket(now).retries++
+	return true
+}
+
+// wrapBody calls done once when the response body is closed, keeping the
+// io.ReadWriteCloser of a 101 Switching Protocols response (WebSocket) for the proxy.
+func wrapBody(body io.ReadCloser, done func()) io.ReadCloser {
+	if rw, ok := body.(io.ReadWriteCloser); ok {
+		return &closeRWBody{closeBody: closeBody{ReadCloser: body, done: done}, w: rw}
+	}
+	return &closeBody{ReadCloser: body, done: done}
+}
+
+type closeBody struct {
+	io.ReadCloser
+	done func()
+	once sync.Once
+}
+
+func (c *closeBody) Close() error {
+	err := c.ReadCloser.Close()
+	c.once.Do(c.done)
+	return err
+}
+
+type closeRWBody struct {
+	closeBody
+	w io.Writer
+}
+
+func (c *closeRWBody) Write(p []byte) (int, error) { return c.w.Write(p) }
