@@ -304,8 +304,8 @@ func (a *admin) reloadConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	sum := reloadSummary{Status: "reloaded", File: a.s.config().File, Policies: []string{}}
 	if rs := a.s.rules.Load(); rs != nil {
-		for _, p := range rs.policies {
-			sum.Policies = append(sum.Policies, p.name)
+		for _, p := range rs.Policies {
+			sum.Policies = append(sum.Policies, p.Name)
 		}
 	}
 	writeAdminJSON(w, http.StatusOK, sum)

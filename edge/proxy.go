@@ -12,7 +12,10 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/identity"
 )
 
 // origin is the handler behind the middleware: the proxy to the upstream, or the demo
@@ -43,9 +46,9 @@ func newProxy(target *url.URL, trusted []netip.Prefix, timeout time.Duration) *h
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = pr.In.Host
-			peer := peerAddr(pr.In).String()
+			peer := identity.PeerAddr(pr.In).String()
 			xff := peer
-			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && contains(trusted, peerAddr(pr.In)) {
+			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted, identity.PeerAddr(pr.In)) {
 				xff = joinComma(prior) + ", " + peer
 			}
 			pr.Out.Header["X-Forwarded-For"] = []string{xff}
@@ -65,17 +68,17 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return
 	}
-	if bodyQuotaExceeded(r) {
-		writeBodyQuota(w, r)
+	if enforce.BodyCutOff(r) {
+		enforce.AnswerBodyCutOff(w, r)
 		return
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")
+		answer.Problem(w, r, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")
 		serverOf(r).logUpstreamError(r, http.StatusGatewayTimeout, err)
 		return
 	}
-	writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached")
+	answer.Problem(w, r, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached")
 	serverOf(r).logUpstreamError(r, http.StatusBadGateway, err)
 }
 
@@ -86,7 +89,7 @@ type serverKey struct{}
 // (connMemo) and s itself, for what runs outside the server's reach, such as the
 // proxy's error handler (buildOrigin makes it from the configuration alone).
 func (s *Server) connContext(ctx context.Context) context.Context {
-	return context.WithValue(withConnMemo(ctx), serverKey{}, s)
+	return context.WithValue(identity.WithMemo(ctx), serverKey{}, s)
 }
 
 // serverOf returns the Server r came to, or nil (a handler driven directly by a test).

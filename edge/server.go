@@ -23,6 +23,9 @@ import (
 
 	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/rules"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
@@ -63,19 +66,20 @@ type Server struct {
 
 	handler http.Handler
 
-	// Per-key quota: the compiled policies, the store deciding them, the key hash and
-	// the API-key plans.
-	rules  atomic.Pointer[rules]
+	// Per-key quota (enforce.go): the compiled policies, the store deciding them, the
+	// key hash, the API-key plans and the enforcer deciding with them.
+	rules  atomic.Pointer[rules.Set]
 	store  *limiter.Local
-	global globalStore // nil without redis:
+	global enforce.GlobalStore // nil without redis:
 	redis  *redisstore.Store
 	bans   *redisstore.BanBus // nil unless bans are shared
-	hasher hasher
-	plans  atomic.Pointer[plans]
+	hasher identity.Hasher
+	plans  atomic.Pointer[identity.Plans]
+	quota  *enforce.Enforcer
 	// hashes reads keys.redis_hash: the Redis store, set once in New (nil without
 	// redis:) and, unlike redis, never cleared by Close; plansFailing tells that the
 	// last read of the hash failed.
-	hashes       hashScanner
+	hashes       identity.HashScanner
 	plansFailing atomic.Bool
 
 	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
@@ -95,7 +99,7 @@ type Server struct {
 	rejectLog *sampler
 	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
 	upstreamLog *sampler
-	held        heldUnits // concurrency units held now, per policy
+	held        enforce.Held // concurrency units held now, per policy
 
 	// inflight counts requests being handled, on all protocols.
 	inflight atomic.Int64
@@ -186,6 +190,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
 	}
+	s.quota = s.newEnforcer()
 	if hash := cfg.Keys.RedisHash; hash != "" {
 		// Redis down at start does not stop the edge: keys get default_plan until the
 		// watcher reads the hash (it retries every 2 s).
@@ -230,38 +235,6 @@ func (s *Server) tlsConfig(nextProtos ...string) *tls.Config {
 		return s.certs.Load().GetCertificate(h)
 	}
 	return c
-}
-
-// initQuota builds the per-key quota machinery from the configuration.
-func (s *Server) initQuota(opts Options) error {
-	dir := opts.CertCacheDir
-	if dir == "" {
-		dir = certs.DefaultCacheDir()
-	}
-	cfg := s.config()
-	secret, err := keySecret(cfg.Keys.Secret, dir)
-	if err != nil {
-		return err
-	}
-	s.hasher = hasher{secret: secret}
-	p := &plans{}
-	if cfg.Keys.File != "" {
-		if p, err = loadPlans(cfg.Keys.File, s.hasher); err != nil {
-			return fmt.Errorf("edge: %w", err)
-		}
-	}
-	s.plans.Store(p)
-	rs, err := compileRules(cfg, nil)
-	if err != nil {
-		return err
-	}
-	s.rules.Store(rs)
-	store, err := limiter.NewLocal(limiter.Config{})
-	if err != nil {
-		return err
-	}
-	s.store = store
-	return nil
 }
 
 // Certs returns the certificate store, for reloads and the start-up summary.

@@ -35,13 +35,26 @@ var rules = []rule{
 		"golang.org/x/net/bpf", "golang.org/x/net/ipv4", "golang.org/x/sys/unix",
 	}},
 	{pkg: "certs"},
-	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs"}, external: []string{
+	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs",
+		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
+		"edge/config", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
+	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
 	}, tests: []string{"bench", "bench/scenario"}},
+	// edge's rooms: none knows a listener, Prometheus or go-redis, and none imports edge,
+	// so each can be read and tested on its own.
+	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
+	{pkg: "edge/answer", imports: []string{"headers"}},             // the edge's refusals: headers builds the documents
+	// Client keys become limiter.Keys; config says what a valid key is and reads keys.file.
+	{pkg: "edge/identity", imports: []string{"limiter", "edge/config"}},
+	// Compiles config's policies into limiter.Policy and headers.Policy, keyed by identity's sources.
+	{pkg: "edge/rules", imports: []string{"headers", "limiter", "edge/config", "edge/identity"}},
+	// Decides rules' policies in limiter's stores, writes headers' fields and answer's refusals.
+	{pkg: "edge/enforce", imports: []string{"headers", "limiter", "edge/config", "edge/answer", "edge/identity", "edge/rules"}},
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
@@ -62,7 +75,7 @@ var rules = []rule{
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
 	{pkg: "bench/chart"},
-	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench"}},
+	{pkg: "cmd/h3edge", imports: []string{"edge", "edge/config"}, tests: []string{"bench"}}, // config: load and validate before building
 	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
