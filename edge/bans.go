@@ -43,7 +43,7 @@ func penaltyConfig(cfg *config.Config, onBan func(penalty.Ban)) penalty.Config {
 // accepts are dropped from now on by the checks that read the box.
 func (s *Server) onBan(b penalty.Ban) {
 	quic := s.guard.Kick(b.Prefix)
-	tcp := s.kickTCP(b.Prefix)
+	tcp := s.tcp.Kick(b.Prefix)
 	s.log.Warn("source banned", "prefix", b.Prefix.String(), "until", b.Until.Format(time.RFC3339Nano),
 		"count", b.Count, "reason", b.Reason, "closed_quic", quic, "closed_tcp", tcp)
 	s.syncKernelBans()
@@ -102,7 +102,7 @@ func (s *Server) applySharedBan(p netip.Prefix, until time.Time, reason string) 
 		return
 	}
 	s.guard.Kick(p)
-	s.kickTCP(p)
+	s.tcp.Kick(p)
 	s.syncKernelBans()
 	s.log.Warn("source banned by another edge", "prefix", p.String(), "until", until.Format(time.RFC3339Nano), "reason", reason)
 }

@@ -637,11 +637,11 @@ func (m *metrics) refusedConns() []refusedConn {
 	if v := m.refusedH3[reasonOther].Load(); v > 0 {
 		out = append(out, refusedConn{"h3", reasonOther, v})
 	}
-	t := &m.s.refusedTCP
+	t := m.s.tcp.Refused()
 	return append(out,
-		refusedConn{"tcp", reasonBanned, t.banned.Load()},
-		refusedConn{"tcp", reasonRate, t.rate.Load()},
-		refusedConn{"tcp", reasonMaxConns, t.maxConns.Load()})
+		refusedConn{"tcp", reasonBanned, t.Banned},
+		refusedConn{"tcp", reasonRate, t.Rate},
+		refusedConn{"tcp", reasonMaxConns, t.MaxConns})
 }
 
 // transport reads the guard's state; zero without a guard.

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/h3edge/h3edge/edge/admission"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/rules"
@@ -108,7 +109,7 @@ func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
-	if err := s.guard.SetLimits(guardConfig(cfg.IP)); err != nil {
+	if err := s.guard.SetLimits(admission.GuardConfig(cfg.IP)); err != nil {
 		return fmt.Errorf("edge: ip: %w", err)
 	}
 

@@ -22,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/certs"
+	"github.com/h3edge/h3edge/edge/admission"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/identity"
@@ -82,12 +83,10 @@ type Server struct {
 	hashes       identity.HashScanner
 	plansFailing atomic.Bool
 
-	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
-	// connections (net.Conn → *tcpSlot), so a ban can close them and a close gives the
-	// slot back; refusedTCP counts refusals at accept.
-	guard      *quicconn.Guard
-	tcpConns   sync.Map
-	refusedTCP refusedTCP
+	// guard holds the per-source transport budgets (ip:); tcp admits TCP connections
+	// under them and tracks the open ones, so a ban can close them.
+	guard *quicconn.Guard
+	tcp   *admission.TCP
 	// box is the penalty box (abuse:): sources rejected too often are banned and
 	// dropped at the cheapest layer.
 	box *penalty.Box
@@ -180,6 +179,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
+	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
 	s.registry = newRegistry()
 	if s.metrics, err = newMetrics(s.registry, s); err != nil {
 		return nil, err
@@ -396,7 +396,7 @@ func (s *Server) Serve() error {
 	errc := make(chan error, 2)
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
-		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
+		ln := tls.NewListener(s.tcp.Listener(tcpLn), h12.TLSConfig)
 		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
 	}()
 	err = <-errc
