@@ -46,6 +46,29 @@ func ParseSource(s string) (src Source, ok bool) {
 	return Source{}, false
 }
 
+// String is the kind as a key: entry spells it.
+func (k Kind) String() string {
+	switch k {
+	case Header:
+		return "header"
+	case Bearer:
+		return "bearer"
+	case Query:
+		return "query"
+	case IP:
+		return "ip"
+	}
+	return "unknown"
+}
+
+// String is the source as a key: entry spells it ("header:X-Api-Key", "ip").
+func (k Source) String() string {
+	if k.Name == "" {
+		return k.Kind.String()
+	}
+	return k.Kind.String() + ":" + k.Name
+}
+
 // ErrBadKey is a client key over config.MaxKeyLen bytes or with control characters.
 var ErrBadKey = errors.New("the client key is longer than 256 bytes or contains control characters")
 

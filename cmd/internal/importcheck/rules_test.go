@@ -56,7 +56,8 @@ var rules = []rule{
 	// Compiles config's policies into limiter.Policy and headers.Policy, keyed by identity's sources.
 	{pkg: "edge/rules", imports: []string{"headers", "limiter", "edge/config", "edge/identity"}},
 	// Decides rules' policies in limiter's stores, writes headers' fields and answer's refusals.
-	{pkg: "edge/enforce", imports: []string{"headers", "limiter", "edge/config", "edge/answer", "edge/identity", "edge/rules"}},
+	{pkg: "edge/enforce", imports: []string{"headers", "limiter", "edge/config", "edge/answer", "edge/identity", "edge/rules"},
+		tests: []string{"limiter/redisstore"}}, // tests: a Redis store that cannot reach Redis, for on_store_failure
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
