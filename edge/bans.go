@@ -4,9 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
-	"slices"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/limiter/penalty"
@@ -14,28 +14,18 @@ import (
 
 // The penalty box (abuse:): a source refused too often is banned, and its datagrams,
 // connections and streams are dropped at the layers above the edge handler (DESIGN
-// §1). Bans made here are shared through Redis with abuse.share, and applied when any
-// edge publishes one.
+// §1; the kernel's filter in package bans). Bans made here are shared through Redis
+// with abuse.share, and applied when any edge publishes one.
 
-// newPenaltyBox builds the penalty box of the abuse: section; onBan runs for every new
-// ban made on this edge.
-func newPenaltyBox(cfg *config.Config, onBan func(penalty.Ban)) (*penalty.Box, error) {
-	return penalty.New(penaltyConfig(cfg, onBan))
-}
-
-// penaltyConfig translates the abuse: section, with the prefix lengths and the bound of
-// ip:.
-func penaltyConfig(cfg *config.Config, onBan func(penalty.Ban)) penalty.Config {
-	return penalty.Config{
-		Rejections: cfg.Abuse.Rejections,
-		Within:     cfg.Abuse.Within,
-		Ban:        cfg.Abuse.Ban,
-		MaxBan:     cfg.Abuse.MaxBan,
-		IPv4Prefix: cfg.IP.IPv4Prefix,
-		IPv6Prefix: cfg.IP.IPv6Prefix,
-		MaxTracked: cfg.IP.MaxTracked,
-		OnBan:      onBan,
+// newPenaltyBox builds the penalty box of the abuse: section and the kernel filter
+// that follows it.
+func (s *Server) newPenaltyBox(cfg *config.Config) error {
+	box, err := penalty.New(bans.BoxConfig(cfg, s.onBan))
+	if err != nil {
+		return err
 	}
+	s.box = box
+	return nil
 }
 
 // onBan drops a newly banned source everywhere it is still connected: its QUIC
@@ -46,48 +36,8 @@ func (s *Server) onBan(b penalty.Ban) {
 	tcp := s.tcp.Kick(b.Prefix)
 	s.log.Warn("source banned", "prefix", b.Prefix.String(), "until", b.Until.Format(time.RFC3339Nano),
 		"count", b.Count, "reason", b.Reason, "closed_quic", quic, "closed_tcp", tcp)
-	s.syncKernelBans()
+	s.kernelBans.Sync()
 	s.publishBan(b)
-}
-
-// syncKernelBans asks runKernelBans to refresh the kernel's ban filter now.
-func (s *Server) syncKernelBans() {
-	select {
-	case s.kernelBans <- struct{}{}:
-	default: // a refresh is already pending
-	}
-}
-
-// runKernelBans keeps the kernel-level ban filter of the UDP socket (a BPF socket
-// filter: banned datagrams never wake the edge up) equal to the bans in force: on every
-// ban change (syncKernelBans) and every second, for the bans that end by themselves. The
-// user-space filter stays in place and covers the lag, the prefixes beyond the kernel
-// filter's bound, and systems without it. A failure is logged, never fatal.
-func (s *Server) runKernelBans(done <-chan struct{}) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var last []netip.Prefix
-	failing := false
-	for {
-		bans := s.box.List(time.Now())
-		ps := make([]netip.Prefix, len(bans))
-		for i, b := range bans {
-			ps[i] = b.Prefix
-		}
-		if failing || !slices.Equal(ps, last) {
-			err := s.guard.SetKernelBans(ps)
-			if err != nil && !failing {
-				s.log.Warn("kernel ban filter not set: banned datagrams are dropped in user space only", "error", err)
-			}
-			failing, last = err != nil, ps
-		}
-		select {
-		case <-done:
-			return
-		case <-s.kernelBans:
-		case <-t.C:
-		}
-	}
 }
 
 // reject counts a rejection (429) of the request's source toward a ban.
@@ -103,7 +53,7 @@ func (s *Server) applySharedBan(p netip.Prefix, until time.Time, reason string) 
 	}
 	s.guard.Kick(p)
 	s.tcp.Kick(p)
-	s.syncKernelBans()
+	s.kernelBans.Sync()
 	s.log.Warn("source banned by another edge", "prefix", p.String(), "until", until.Format(time.RFC3339Nano), "reason", reason)
 }
 
@@ -152,7 +102,7 @@ func (b boxBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Du
 
 func (b boxBans) Lift(_ context.Context, p netip.Prefix) (bool, error) {
 	lifted := b.s.box.Lift(p)
-	b.s.syncKernelBans()
+	b.s.kernelBans.Sync()
 	return lifted, nil
 }
 

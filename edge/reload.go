@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/h3edge/h3edge/edge/admission"
+	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/rules"
@@ -105,7 +106,7 @@ func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 			return err
 		}
 	}
-	pc := penaltyConfig(cfg, s.onBan)
+	pc := bans.BoxConfig(cfg, s.onBan)
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("edge: abuse: %w", err)
 	}

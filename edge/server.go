@@ -23,6 +23,7 @@ import (
 
 	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/edge/admission"
+	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/identity"
@@ -124,7 +125,7 @@ type Server struct {
 	shutdown bool
 
 	done       chan struct{} // closed when the server stops, ending background work
-	kernelBans chan struct{} // wakes runKernelBans: the bans changed
+	kernelBans *bans.Kernel  // the kernel's ban filter, kept equal to box
 }
 
 // Options carries what the configuration file cannot: the logger and where the
@@ -163,7 +164,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, log: log.With("component", "edge"), baseLog: log, done: make(chan struct{}), kernelBans: make(chan struct{}, 1)}
+	s := &Server{opts: opts, log: log.With("component", "edge"), baseLog: log, done: make(chan struct{})}
 	s.cfg.Store(cfg)
 	cs, err := s.newCerts(cfg)
 	if err != nil {
@@ -173,13 +174,14 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.initQuota(opts); err != nil {
 		return nil, err
 	}
-	if s.box, err = newPenaltyBox(cfg, s.onBan); err != nil {
+	if err := s.newPenaltyBox(cfg); err != nil {
 		return nil, err
 	}
 	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
+	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = newRegistry()
 	if s.metrics, err = newMetrics(s.registry, s); err != nil {
 		return nil, err
@@ -392,7 +394,7 @@ func (s *Server) Serve() error {
 		}
 	}()
 	go s.watchFiles(s.done)
-	go s.runKernelBans(s.done)
+	go s.kernelBans.Run(s.done)
 	errc := make(chan error, 2)
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {

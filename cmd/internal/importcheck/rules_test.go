@@ -37,7 +37,7 @@ var rules = []rule{
 	{pkg: "certs"},
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
-		"edge/config", "edge/admission", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
+		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -50,6 +50,8 @@ var rules = []rule{
 	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
 	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated.
 	{pkg: "edge/admission", imports: []string{"quicconn", "edge/config"}},
+	// The penalty box's configuration from config, and its bans kept in the kernel's filter.
+	{pkg: "edge/bans", imports: []string{"limiter", "edge/config"}},
 	{pkg: "edge/answer", imports: []string{"headers"}}, // the edge's refusals: headers builds the documents
 	// Client keys become limiter.Keys; config says what a valid key is and reads keys.file.
 	{pkg: "edge/identity", imports: []string{"limiter", "edge/config"}},
