@@ -23,9 +23,9 @@ type Plans struct {
 	hash    string // the Redis hash they came from (keys.redis_hash)
 }
 
-// MaxRedisPlans bounds keys.redis_hash: it is held whole in memory, twice while read.
+// maxRedisPlans bounds keys.redis_hash: it is held whole in memory, twice while read.
 // config.ReadKeys bounds keys.file alike.
-const MaxRedisPlans = 5_000_000
+const maxRedisPlans = 5_000_000
 
 // HashScanner walks a Redis hash a page at a time: *redisstore.Store.
 type HashScanner interface {
@@ -48,8 +48,8 @@ func PlansFromRedis(ctx context.Context, c HashScanner, hash string, h Hasher) (
 			names[name] = name
 		}
 		p.byKey[h.Credential(key)] = name
-		if len(p.byKey) > MaxRedisPlans {
-			return fmt.Errorf("more than %d keys", MaxRedisPlans)
+		if len(p.byKey) > maxRedisPlans {
+			return fmt.Errorf("more than %d keys", maxRedisPlans)
 		}
 		return nil
 	})

@@ -90,8 +90,10 @@ type Rule struct {
 	Limiter *limiter.Policy
 	// Field is the policy's RateLimit-Policy item.
 	Field headers.Policy
-	Mode  Mode
-	Unit  Unit
+	// Mode says whether the rule refuses (Enforce) or only counts (Shadow).
+	Mode Mode
+	// Unit is what the rule charges per request.
+	Unit Unit
 	// Chain indexes Set.Chains: the key chain that names the client.
 	Chain int
 	// Bit is the rule's bit in a mask of matched rules (Set.PolicyField).
