@@ -86,7 +86,7 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 type serverKey struct{}
 
 // connContext is the context of a new connection to s, on every protocol: its memo
-// (connMemo) and s itself, for what runs outside the server's reach, such as the
+// (identity.Memo) and s itself, for what runs outside the server's reach, such as the
 // proxy's error handler (buildOrigin makes it from the configuration alone).
 func (s *Server) connContext(ctx context.Context) context.Context {
 	return context.WithValue(identity.WithMemo(ctx), serverKey{}, s)

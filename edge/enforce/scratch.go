@@ -93,7 +93,7 @@ func (b *batch) reset() {
 	b.held.local, b.held.global = b.held.local[:0], b.held.global[:0]
 }
 
-// memo returns r's connection memo, looked up once per request.
+// memoOf returns r's connection memo, looked up once per request.
 func (k *keyCache) memoOf(r *http.Request) *identity.Memo {
 	if !k.memoOK {
 		k.memo, k.memoOK = identity.MemoOf(r), true

@@ -10,7 +10,8 @@ import (
 )
 
 // Where a request's enforced policies are decided: local ones in this edge's memory
-// (Config.Local), global ones in Redis (Config.Global). All of them together are all-or-nothing:
+// (Config.Local), global ones in Redis (Config.Global). All of them together are
+// all-or-nothing:
 //
 //  1. the local policies are read (cost 0, nothing charged); if one of them cannot
 //     admit the request it is denied and Redis is not asked;
