@@ -43,7 +43,6 @@ func enforcer(t *testing.T, global bool, ps ...config.Policy) (e *Enforcer, refu
 		Plans:  func() *identity.Plans { return new(identity.Plans) },
 		Hasher: identity.NewHasher([]byte("enforce-test")),
 		Local:  local,
-		Held:   new(Held),
 		Refused: func(_ *http.Request, _ time.Time, violated []string, _ limiter.Key, _ time.Duration) {
 			*refused = append(*refused, violated)
 		},

@@ -42,7 +42,8 @@ type Config struct {
 	Local limiter.Store
 	// Global decides global policies. If nil (no redis:), they are decided in Local.
 	Global GlobalStore
-	// Held counts the concurrency units held now, for inflight{policy}.
+	// Held counts the concurrency units held now, for inflight{policy}. If nil, New
+	// makes one.
 	Held *Held
 
 	// ObserveKey sees the client key of every request that matched a policy (the top
@@ -66,7 +67,12 @@ type Enforcer struct {
 }
 
 // New returns an Enforcer deciding with c.
-func New(c Config) *Enforcer { return &Enforcer{cfg: c} }
+func New(c Config) *Enforcer {
+	if c.Held == nil {
+		c.Held = new(Held)
+	}
+	return &Enforcer{cfg: c}
+}
 
 // Serve decides r's policies at now, the instant the request reached the edge, and
 // then passes it to next — or answers it itself (429, 503, 400, or nothing when the
