@@ -8,6 +8,7 @@ import (
 
 	"github.com/h3edge/h3edge/edge/accesslog"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
 )
 
 // openAccessLog starts the access log of c (nil: none). Its dropped lines are counted
@@ -70,7 +71,7 @@ func (s *Server) writeAccess(al *accesslog.Log, rec *statusRecorder, r *http.Req
 	rs := s.rules.Load()
 	e := accesslog.Entry{Time: rec.now, Proto: protoVersion(r), Method: r.Method, Host: r.Host, Path: requestPath(r),
 		Status: code, Bytes: rec.bytes, Duration: time.Since(rec.now),
-		Client: sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6), Fields: *f}
+		Client: rs.SourcePrefix(identity.ClientAddr(r, rs.Trusted)), Fields: *f}
 	al.Log(&e)
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -209,7 +210,7 @@ func BenchmarkAccessLog(b *testing.B) {
 			s.origin.Store(&origin)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				r := httptest.NewRequestWithContext(withConnMemo(context.Background()), "GET", "https://api.example/v1/items?page=2", nil)
+				r := httptest.NewRequestWithContext(identity.WithMemo(context.Background()), "GET", "https://api.example/v1/items?page=2", nil)
 				r.RemoteAddr, r.ProtoMajor = "192.0.2.7:40000", 2
 				w := &discardWriter{h: http.Header{}}
 				for pb.Next() {

@@ -85,6 +85,6 @@ func (b boxBans) Add(_ context.Context, p netip.Prefix, now time.Time, d time.Du
 
 func (b boxBans) Lift(_ context.Context, p netip.Prefix) (bool, error) {
 	lifted := b.s.box.Lift(p)
-	b.s.syncKernelBans()
+	b.s.kernelBans.Sync()
 	return lifted, nil
 }

@@ -371,7 +371,7 @@ func TestAdminReload(t *testing.T) {
 		t.Fatalf("invalid reload: %d %s", code, body)
 	}
 	t.Logf("422: %s", body)
-	if got := len(e.rules.Load().policies); got != 2 {
+	if got := len(e.rules.Load().Policies); got != 2 {
 		t.Errorf("after the refused reload %d policies are in force, want the 2 of before", got)
 	}
 	resp, err := clientFor(t, "h2").Get(e.url + "/")

@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -149,7 +150,7 @@ func BenchmarkChain(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				// A request of a connection, as the listeners make them.
-				r := httptest.NewRequestWithContext(withConnMemo(context.Background()), "GET", "https://api.example/v1/items", nil)
+				r := httptest.NewRequestWithContext(identity.WithMemo(context.Background()), "GET", "https://api.example/v1/items", nil)
 				r.RemoteAddr = "192.0.2.7:40000"
 				r.Header.Set("X-API-Key", "k-000042")
 				w := &discardWriter{h: http.Header{}}

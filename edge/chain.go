@@ -3,7 +3,7 @@ package edge
 import (
 	"net/http"
 
-	"github.com/h3edge/h3edge/headers"
+	"github.com/h3edge/h3edge/edge/answer"
 )
 
 // chain composes the middleware every request passes through, on all three protocols.
@@ -60,7 +60,7 @@ func tooEarly(next http.Handler) http.Handler {
 			switch r.Method {
 			case http.MethodGet, http.MethodHead, http.MethodOptions:
 			default:
-				writeProblem(w, http.StatusTooEarly, "Too Early",
+				answer.Problem(w, r, http.StatusTooEarly, "Too Early",
 					"a "+r.Method+" request cannot be sent in 0-RTT data; retry after the handshake")
 				return
 			}
@@ -78,7 +78,7 @@ func tooEarly(next http.Handler) http.Handler {
 func extendedConnect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect && (r.ProtoMajor == 3 && r.Proto != "HTTP/3.0" || r.Header[":protocol"] != nil) {
-			writeProblem(w, http.StatusNotImplemented, "Not Implemented",
+			answer.Problem(w, r, http.StatusNotImplemented, "Not Implemented",
 				"extended CONNECT is not supported: WebSocket passes through on HTTP/1.1 (Upgrade) only")
 			return
 		}
@@ -92,7 +92,7 @@ func extendedConnect(next http.Handler) http.Handler {
 func headerLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headerSize(r) > maxHeaderBytes {
-			writeProblem(w, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
+			answer.Problem(w, r, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
 				"the request's header section is larger than 64 KiB")
 			return
 		}
@@ -110,16 +110,6 @@ func headerSize(r *http.Request) int {
 		}
 	}
 	return n
-}
-
-// writeProblem answers with an RFC 9457 problem document.
-func writeProblem(w http.ResponseWriter, status int, title, detail string) {
-	body := headers.AppendProblem(nil, "about:blank", title, status, detail)
-	h := w.Header()
-	h["Content-Type"] = []string{headers.ProblemContentType}
-	h["Cache-Control"] = []string{"no-store"}
-	w.WriteHeader(status)
-	w.Write(body)
 }
 
 // growStackBytes is what growStack reserves: more than a request's deepest path

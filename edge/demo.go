@@ -8,6 +8,10 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/h3edge/h3edge/edge/answer"
+	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/identity"
 )
 
 // Bounds of the demo origin's knobs, so a demo deployment cannot be made to hold
@@ -30,10 +34,10 @@ func demoOrigin(trusted []netip.Prefix) http.Handler {
 	echo := func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil {
-			if bodyQuotaExceeded(r) {
-				writeBodyQuota(w, r)
+			if enforce.BodyCutOff(r) {
+				enforce.AnswerBodyCutOff(w, r)
 			} else {
-				writeProblem(w, http.StatusBadRequest, "Bad Request", "reading the request body failed")
+				answer.Problem(w, r, http.StatusBadRequest, "Bad Request", "reading the request body failed")
 			}
 			return
 		}
@@ -46,7 +50,7 @@ func demoOrigin(trusted []netip.Prefix) http.Handler {
 			Path       string      `json:"path"`
 			BodyBytes  int64       `json:"body_bytes"`
 			Headers    http.Header `json:"headers"`
-		}{r.Proto, r.RemoteAddr, clientAddr(r, trusted).String(), r.Method, r.URL.Path, n, r.Header})
+		}{r.Proto, r.RemoteAddr, identity.ClientAddr(r, trusted).String(), r.Method, r.URL.Path, n, r.Header})
 	}
 	mux.HandleFunc("/", echo)
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
@@ -120,7 +124,7 @@ func intParam(w http.ResponseWriter, r *http.Request, name string, lo, hi int64)
 	v := r.URL.Query().Get(name)
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		writeProblem(w, http.StatusBadRequest, "Bad Request",
+		answer.Problem(w, r, http.StatusBadRequest, "Bad Request",
 			fmt.Sprintf("query parameter %s must be an integer from %d to %d", name, lo, hi))
 		return 0, false
 	}

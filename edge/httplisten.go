@@ -33,6 +33,7 @@ func (s *Server) listenPlain() error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         s.connState, // gives the source's connection slot back
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}}
 	return nil
@@ -47,13 +48,13 @@ func (s *Server) plainAddr() *net.TCPAddr {
 }
 
 // servePlain serves http_listen until the server stops. Its connections pass the same
-// per-source budget and ban list as the public port's (guardedListener).
+// per-source budget and ban list as the public port's (admission.TCP).
 func (s *Server) servePlain() {
 	if s.plain == nil {
 		return
 	}
 	go func() {
-		err := s.plain.srv.Serve(guardedListener{Listener: s.plain.ln, s: s})
+		err := s.plain.srv.Serve(s.tcp.Listener(s.plain.ln))
 		if !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http_listen failed", "error", err)
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/edge/admin"
+	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/rules"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -246,7 +248,7 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		defer m.record(rec, protoIndex(r.ProtoMajor), start)
 		if m.top.SourceSampled() {
 			rs := m.s.rules.Load()
-			m.top.ObserveSource(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6))
+			m.top.ObserveSource(rs.SourcePrefix(identity.ClientAddr(r, rs.Trusted)))
 		}
 		next.ServeHTTP(rec, r)
 	})
@@ -558,39 +560,39 @@ func (m *metrics) decisions() []decisionRow {
 	if rs == nil {
 		return nil
 	}
-	rows := make([]decisionRow, 0, len(rs.policies))
+	rows := make([]decisionRow, 0, len(rs.Policies))
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	live := make(map[policyID]bool, len(rs.policies))
-	for _, r := range rs.policies {
-		id := policyID{r.name, r.shadow}
+	live := make(map[policyID]bool, len(rs.Policies))
+	for _, r := range rs.Policies {
+		id := policyID{r.Name, r.Mode == rules.Shadow}
 		live[id] = true
 		c := m.carried[id]
 		switch {
 		case c == nil:
-			c = &carriedStats{lim: r.lim}
+			c = &carriedStats{lim: r.Limiter}
 			m.carried[id] = c
-		case c.lim != r.lim:
+		case c.lim != r.Limiter:
 			// Replaced since the last read: what the old policy counted stays counted.
 			old := c.lim.Stats()
 			c.base.Allowed += old.Allowed
 			c.base.Denied += old.Denied
 			c.base.Vetoed += old.Vetoed
-			c.lim = r.lim
+			c.lim = r.Limiter
 		}
-		st := r.lim.Stats()
+		st := r.Limiter.Stats()
 		row := decisionRow{
-			Policy:  r.name,
-			Shadow:  r.shadow,
+			Policy:  r.Name,
+			Shadow:  id.shadow,
 			Allowed: c.base.Allowed + st.Allowed,
 			Denied:  c.base.Denied + st.Denied,
 			Vetoed:  c.base.Vetoed + st.Vetoed,
 		}
-		if f := m.failed[r.name]; f != nil {
+		if f := m.failed[r.Name]; f != nil {
 			row.FailedOpen, row.FailedClosed = f[0], f[1]
 		}
-		if r.lim.Algorithm == limiter.Concurrency {
-			n := m.s.held.get(id)
+		if r.Limiter.Algorithm == limiter.Concurrency {
+			n := m.s.held.Get(id.name, id.shadow)
 			row.Held = &n
 		}
 		rows = append(rows, row)
@@ -620,11 +622,11 @@ func (m *metrics) refusedConns() []refusedConn {
 	if v := m.refusedH3[reasonOther].Load(); v > 0 {
 		out = append(out, refusedConn{"h3", reasonOther, v})
 	}
-	t := &m.s.refusedTCP
+	t := m.s.tcp.Refused()
 	return append(out,
-		refusedConn{"tcp", reasonBanned, t.banned.Load()},
-		refusedConn{"tcp", reasonRate, t.rate.Load()},
-		refusedConn{"tcp", reasonMaxConns, t.maxConns.Load()})
+		refusedConn{"tcp", reasonBanned, t.Banned},
+		refusedConn{"tcp", reasonRate, t.Rate},
+		refusedConn{"tcp", reasonMaxConns, t.MaxConns})
 }
 
 // transport reads the guard's state; zero without a guard.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -430,7 +431,7 @@ func TestChainAllocs(t *testing.T) {
 	}
 	var origin http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
 	s.origin.Store(&origin)
-	r := httptest.NewRequestWithContext(withConnMemo(context.Background()), "GET", "https://127.0.0.1/", nil)
+	r := httptest.NewRequestWithContext(identity.WithMemo(context.Background()), "GET", "https://127.0.0.1/", nil)
 	r.RemoteAddr, r.ProtoMajor = "192.0.2.1:1234", 2
 	w := &discardWriter{h: http.Header{}}
 	if n := testing.AllocsPerRun(10_000, func() { clear(w.h); s.handler.ServeHTTP(w, r) }); n != 0 {

@@ -3,93 +3,21 @@ package edge
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/config"
-	"github.com/h3edge/h3edge/limiter"
+	"github.com/h3edge/h3edge/edge/identity"
 )
 
-// plans maps hashed API keys to plan names. Only hashes are kept: the raw keys of the
-// file or the Redis hash are dropped once hashed.
-type plans struct {
-	byKey   map[limiter.Key]string
-	file    string
-	modTime time.Time
-	size    int64
-	hash    string // the Redis hash they came from (keys.redis_hash)
-}
-
-// redisPlansEvery is how often keys.redis_hash is read again: each read walks the whole
-// hash, so not every 2 s like the files.
-const redisPlansEvery = 10 * time.Second
-
-// redisPlansTimeout bounds one read of keys.redis_hash.
-const redisPlansTimeout = 5 * time.Second
-
-// maxRedisPlans bounds keys.redis_hash: it is held whole in memory, twice while read.
-// config.ReadKeys bounds keys.file alike.
-const maxRedisPlans = 5_000_000
-
-// hashScanner walks a Redis hash a page at a time: *redisstore.Store.
-type hashScanner interface {
-	ScanHash(ctx context.Context, key string, fn func(field, value string) error) error
-}
-
-// plansFromRedis reads keys.redis_hash, a Redis hash {api-key: plan}, walking it with
-// HSCAN a page at a time so that a large hash never holds Redis up for long. As with
-// keys.file, a key that could never be a client key refuses the whole read.
-func plansFromRedis(ctx context.Context, c hashScanner, hash string, h hasher) (*plans, error) {
-	p := &plans{byKey: map[limiter.Key]string{}, hash: hash}
-	names := map[string]string{} // one string per plan name, not one per key
-	err := c.ScanHash(ctx, hash, func(key, plan string) error {
-		if key == "" || !config.ValidKey(key) {
-			return errors.New("a key is empty, longer than 256 bytes or has control characters")
-		}
-		name, ok := names[plan]
-		if !ok {
-			name = plan
-			names[name] = name
-		}
-		p.byKey[h.key('k', key)] = name
-		if len(p.byKey) > maxRedisPlans {
-			return fmt.Errorf("more than %d keys", maxRedisPlans)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("keys.redis_hash %s: %w", hash, err)
-	}
-	return p, nil
-}
-
-// loadPlans reads a keys file (config.ReadKeys), hashing its keys with h.
-func loadPlans(file string, h hasher) (*plans, error) {
-	fi, err := os.Stat(file)
-	if err != nil {
-		return nil, fmt.Errorf("keys.file: %w", err)
-	}
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, fmt.Errorf("keys.file: %w", err)
-	}
-	defer f.Close()
-	byKey, err := config.ReadKeys(f, file, func(key string) limiter.Key { return h.key('k', key) })
-	if err != nil {
-		return nil, err
-	}
-	return &plans{byKey: byKey, file: file, modTime: fi.ModTime(), size: fi.Size()}, nil
-}
-
-// changed reports whether the file differs from what was loaded.
-func (p *plans) changed() bool {
-	fi, err := os.Stat(p.file)
-	return err == nil && (!fi.ModTime().Equal(p.modTime) || fi.Size() != p.size)
-}
+// How keys.redis_hash is read: each read walks the whole hash, so not every 2 s like
+// the files, and each is bounded.
+const (
+	redisPlansEvery   = 10 * time.Second
+	redisPlansTimeout = 5 * time.Second
+)
 
 // ReloadPlans re-reads keys.file or keys.redis_hash; on error the old plans stay.
 func (s *Server) ReloadPlans() error {
@@ -114,10 +42,10 @@ func (s *Server) ReloadPlans() error {
 	// whose modification time the watcher then finds changed and reads again.
 	gen := s.reloadGen.Add(1)
 	keys := s.config().Keys
-	p := &plans{}
+	p := new(identity.Plans)
 	if keys.File != "" {
 		var err error
-		if p, err = loadPlans(keys.File, s.hasher); err != nil {
+		if p, err = identity.LoadPlans(keys.File, s.hasher); err != nil {
 			s.log.Error("keys file reload failed; keeping the old plans", "error", err)
 			return err
 		}
@@ -129,7 +57,7 @@ func (s *Server) ReloadPlans() error {
 		// A reload committed meanwhile: its plans stand (a hash is read by the watcher).
 		return nil
 	case keys.File != "":
-		s.log.Info("reloaded plans", "file", keys.File, "keys", len(p.byKey))
+		s.log.Info("reloaded plans", "file", keys.File, "keys", p.Len())
 	}
 	s.plans.Store(p)
 	return nil
@@ -137,13 +65,13 @@ func (s *Server) ReloadPlans() error {
 
 // redisPlans reads keys.redis_hash, logging what changed; on error it logs and returns
 // the error, and the caller keeps the plans it has.
-func (s *Server) redisPlans(hash string) (*plans, error) {
+func (s *Server) redisPlans(hash string) (*identity.Plans, error) {
 	if s.hashes == nil {
 		return nil, fmt.Errorf("edge: keys.redis_hash needs redis")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisPlansTimeout)
 	defer cancel()
-	p, err := plansFromRedis(ctx, s.hashes, hash, s.hasher)
+	p, err := identity.PlansFromRedis(ctx, s.hashes, hash, s.hasher)
 	if err != nil {
 		// Said once per outage; the retries that follow log at debug level.
 		lvl := slog.LevelError
@@ -156,8 +84,8 @@ func (s *Server) redisPlans(hash string) (*plans, error) {
 	if s.plansFailing.Swap(false) {
 		s.log.Info("plans read from Redis again", "hash", hash)
 	}
-	if old := s.plans.Load(); old == nil || old.hash != hash || !maps.Equal(old.byKey, p.byKey) {
-		s.log.Info("plans loaded from redis", "hash", hash, "keys", len(p.byKey))
+	if old := s.plans.Load(); old == nil || old.Hash() != hash || !old.SameKeys(p) {
+		s.log.Info("plans loaded from redis", "hash", hash, "keys", p.Len())
 	}
 	return p, nil
 }
@@ -177,12 +105,12 @@ func (s *Server) watchFiles(done <-chan struct{}) {
 		case <-done:
 			return
 		case now := <-tick.C:
-			if p := s.plans.Load(); p.file != "" && p.changed() {
+			if p := s.plans.Load(); p.File() != "" && p.Changed() {
 				s.ReloadPlans()
 			}
 			// Read the hash when due, and at every tick while the plans in force are not
 			// from it (the read at start or at a reload failed).
-			if hash := s.config().Keys.RedisHash; hash != "" && (!now.Before(nextRedis) || s.plans.Load().hash != hash) {
+			if hash := s.config().Keys.RedisHash; hash != "" && (!now.Before(nextRedis) || s.plans.Load().Hash() != hash) {
 				nextRedis = now.Add(every - time.Second) // half a tick early: the tick that falls due
 				s.ReloadPlans()
 			}

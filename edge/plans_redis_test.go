@@ -121,8 +121,8 @@ func TestPlansFromRedisHashInvalid(t *testing.T) {
 		c.Policies = []config.Policy{{Name: "gold", Match: config.Match{Plan: "gold"}, Key: []string{"bearer"}, Quota: 100, Window: time.Minute}}
 	})
 	before := e.plans.Load()
-	if len(before.byKey) != 1 {
-		t.Fatalf("%d keys read, want 1", len(before.byKey))
+	if before.Len() != 1 {
+		t.Fatalf("%d keys read, want 1", before.Len())
 	}
 	// A key no request could carry refuses the whole read; so does a hash of the wrong
 	// type. The plans in force stay.
@@ -140,8 +140,8 @@ func TestPlansFromRedisHashInvalid(t *testing.T) {
 	}
 	// A missing hash is an empty one: every key gets default_plan.
 	rc.Del(ctx, "plans")
-	if err := e.ReloadPlans(); err != nil || len(e.plans.Load().byKey) != 0 {
-		t.Errorf("missing hash: %v, %d keys", err, len(e.plans.Load().byKey))
+	if err := e.ReloadPlans(); err != nil || e.plans.Load().Len() != 0 {
+		t.Errorf("missing hash: %v, %d keys", err, e.plans.Load().Len())
 	}
 }
 
@@ -159,10 +159,10 @@ func TestPlansRedisHashPaged(t *testing.T) {
 		c.Keys = &config.KeysConfig{RedisHash: "plans"}
 	})
 	p := e.plans.Load()
-	if len(p.byKey) != n {
-		t.Fatalf("%d keys read, want %d", len(p.byKey), n)
+	if p.Len() != n {
+		t.Fatalf("%d keys read, want %d", p.Len(), n)
 	}
-	if got := p.byKey[e.hasher.key('k', "key-2499")]; got != "silver" {
+	if got, _ := p.Plan(e.hasher.Credential("key-2499")); got != "silver" {
 		t.Errorf("key-2499 has plan %q, want silver", got)
 	}
 }
@@ -182,7 +182,7 @@ policies:
   - {name: gold, match: {plan: gold}, key: [bearer], quota: 100, window: 1m, scope: local}
 `, rd.url)
 	e, file := startEdgeFile(t, base+fmt.Sprintf("keys: {file: %q}\n", keys))
-	key := func(k string) string { return e.plans.Load().byKey[e.hasher.key('k', k)] }
+	key := func(k string) string { plan, _ := e.plans.Load().Plan(e.hasher.Credential(k)); return plan }
 	if key("gold-key") != "gold" {
 		t.Fatal("the keys file was not read")
 	}

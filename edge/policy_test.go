@@ -170,7 +170,7 @@ func TestShadowBesideEnforced(t *testing.T) {
 	if resp, _ := do(t, c, "GET", e.url+"/", nil, nil); resp.StatusCode != 429 {
 		t.Errorf("6th: %d, want 429 from the enforced policy", resp.StatusCode)
 	}
-	shadow := e.rules.Load().policies[0].lim.Stats()
+	shadow := e.rules.Load().Policies[0].Limiter.Stats()
 	if shadow.Allowed != 2 || shadow.Denied != 4 {
 		t.Errorf("shadow counters %+v, want 2 allowed, 4 denied (shadow_denied)", shadow)
 	}
@@ -181,8 +181,8 @@ func TestShadowBesideEnforced(t *testing.T) {
 func held(t testing.TB, e *testEdge, i int, quota int64) int64 {
 	t.Helper()
 	rs := e.rules.Load()
-	k := e.hasher.ipKey(sourcePrefix(mustAddr("127.0.0.1"), rs.v4, rs.v6))
-	d, err := limiter.Take(context.Background(), e.store, time.Now(), limiter.Request{Policy: rs.policies[i].lim, Key: k, Cost: 0})
+	k := e.hasher.Prefix(rs.SourcePrefix(mustAddr("127.0.0.1")))
+	d, err := limiter.Take(context.Background(), e.store, time.Now(), limiter.Request{Policy: rs.Policies[i].Limiter, Key: k, Cost: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,10 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/route"
 	"github.com/h3edge/h3edge/edge/upstream"
 )
@@ -34,9 +37,9 @@ func (s *Server) buildOrigin(cfg *config.Config, prev *routing) (http.Handler, *
 // peer: X-Forwarded-For keeps an incoming chain only when the peer is a trusted proxy.
 func forwarded(trusted []netip.Prefix) func(*httputil.ProxyRequest) {
 	return func(pr *httputil.ProxyRequest) {
-		peer := peerAddr(pr.In).String()
+		peer := identity.PeerAddr(pr.In).String()
 		xff := peer
-		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && contains(trusted, peerAddr(pr.In)) {
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted, identity.PeerAddr(pr.In)) {
 			xff = joinComma(prior) + ", " + peer
 		}
 		pr.Out.Header["X-Forwarded-For"] = []string{xff}
@@ -54,8 +57,8 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return
 	}
-	if bodyQuotaExceeded(r) {
-		writeBodyQuota(w, r)
+	if enforce.BodyCutOff(r) {
+		enforce.AnswerBodyCutOff(w, r)
 		return
 	}
 	if m := route.BodyTooLarge(r); m != nil {
@@ -69,11 +72,11 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")
+		answer.Problem(w, r, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")
 		serverOf(r).logUpstreamError(r, http.StatusGatewayTimeout, err)
 		return
 	}
-	writeProblem(w, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached")
+	answer.Problem(w, r, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached")
 	serverOf(r).logUpstreamError(r, http.StatusBadGateway, err)
 }
 
@@ -81,10 +84,10 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 type serverKey struct{}
 
 // connContext is the context of a new connection to s, on every protocol: its memo
-// (connMemo) and s itself, for what runs outside the server's reach, such as the
+// (identity.Memo) and s itself, for what runs outside the server's reach, such as the
 // proxy's error handler (buildOrigin makes it from the configuration alone).
 func (s *Server) connContext(ctx context.Context) context.Context {
-	return context.WithValue(withConnMemo(ctx), serverKey{}, s)
+	return context.WithValue(identity.WithMemo(ctx), serverKey{}, s)
 }
 
 // serverOf returns the Server r came to, or nil (a handler driven directly by a test).

@@ -6,7 +6,11 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/h3edge/h3edge/edge/admission"
+	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/rules"
 )
 
 // restartFields are the settings a reload refuses to change, naming each one changed:
@@ -77,7 +81,7 @@ func (s *Server) reloadConfig() error {
 
 // apply puts cfg and its plans p in force (p nil: keep the plans in force), or changes
 // nothing and says why. The caller holds reloadMu.
-func (s *Server) apply(cfg *config.Config, p *plans) error {
+func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 	old := s.config()
 	fixed := restartFields
 	if s.opts.SetLogFormat == nil {
@@ -97,7 +101,7 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 	} else if err := cs.Reload(); err != nil {
 		return err
 	}
-	rs, err := compileRules(cfg, s.rules.Load())
+	rs, err := rules.Compile(cfg, s.rules.Load())
 	if err != nil {
 		return err
 	}
@@ -113,7 +117,7 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 			return err
 		}
 	}
-	pc := penaltyConfig(cfg, s.onBan)
+	pc := bans.BoxConfig(cfg, s.onBan)
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
@@ -123,7 +127,7 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 	if err != nil {
 		return err
 	}
-	if err := s.guard.SetLimits(guardConfig(cfg.IP)); err != nil {
+	if err := s.guard.SetLimits(admission.GuardConfig(cfg.IP)); err != nil {
 		al.Close()
 		return fmt.Errorf("edge: ip: %w", err)
 	}
@@ -157,14 +161,14 @@ func (s *Server) apply(cfg *config.Config, p *plans) error {
 // and the plans of its keys: section (nil when they are read from Redis and Redis
 // cannot be read: the plans in force stay, and the watcher reads the hash at every
 // tick until it can). This is the slow part of a reload, and takes no lock.
-func (s *Server) loadAgain(old *config.Config) (*config.Config, *plans, error) {
+func (s *Server) loadAgain(old *config.Config) (*config.Config, *identity.Plans, error) {
 	cfg, err := s.loadConfig(old)
 	if err != nil {
 		return nil, nil, err
 	}
 	switch {
 	case cfg.Keys.File != "":
-		p, err := loadPlans(cfg.Keys.File, s.hasher)
+		p, err := identity.LoadPlans(cfg.Keys.File, s.hasher)
 		if err != nil {
 			return nil, nil, fmt.Errorf("edge: %w", err)
 		}
@@ -176,7 +180,7 @@ func (s *Server) loadAgain(old *config.Config) (*config.Config, *plans, error) {
 		}
 		return cfg, p, nil
 	}
-	return cfg, &plans{}, nil
+	return cfg, new(identity.Plans), nil
 }
 
 // loadConfig reads the configuration again: through Options.Load, or from old's file.

@@ -58,7 +58,7 @@ func TestReloadKeepsUnchangedPolicies(t *testing.T) {
 	for range 3 {
 		do(t, c, "GET", e.url+"/", nil, nil)
 	}
-	keep := e.rules.Load().policies[0].lim
+	keep := e.rules.Load().Policies[0].Limiter
 
 	// Tighten "change" and add a policy: no restart, no dropped connection.
 	os.WriteFile(file, []byte(strings.Replace(reloadBase, "quota: 5,", "quota: 2,", 1)+
@@ -67,8 +67,8 @@ func TestReloadKeepsUnchangedPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := e.rules.Load()
-	if rs.policies[0].lim != keep || keep.Stats().Allowed != 3 {
-		t.Errorf("unchanged policy lost its state: %+v", rs.policies[0].lim.Stats())
+	if rs.Policies[0].Limiter != keep || keep.Stats().Allowed != 3 {
+		t.Errorf("unchanged policy lost its state: %+v", rs.Policies[0].Limiter.Stats())
 	}
 	resp, _ := do(t, c, "GET", e.url+"/", nil, nil) // same connection
 	if r := sfItem(t, resp.Header.Values("RateLimit"), "keep")["r"]; r != int64(96) {
@@ -443,7 +443,7 @@ func TestReloadOverlapping(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if got := e.rules.Load().policies[0].name; got != "load2" {
+	if got := e.rules.Load().Policies[0].Name; got != "load2" {
 		t.Errorf("policy in force %q, want load2: the reload that started later", got)
 	}
 }

@@ -11,11 +11,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/route"
 	"github.com/h3edge/h3edge/edge/upstream"
 )
@@ -197,12 +198,12 @@ func (rt *routing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // address.
 func (s *Server) hashKey(r *http.Request) string {
 	rs := s.rules.Load()
-	for _, ks := range rs.credential {
-		if v, ok := ks.value(r); ok {
+	for _, ks := range rs.Credential {
+		if v, ok := ks.Value(r); ok {
 			return "key:" + v
 		}
 	}
-	return "ip:" + clientAddr(r, rs.trusted).String()
+	return "ip:" + identity.ClientAddr(r, rs.Trusted).String()
 }
 
 // routeRequest chooses the request's route, for the policies (match: {route: NAME})
@@ -222,7 +223,7 @@ func (s *Server) routeRequest(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if s.rules.Load().byRoute {
+		if s.rules.Load().ByRoute {
 			r = r.WithContext(route.With(r.Context(), m))
 		} // else the origin finds the route again: cheaper than a copy of the request
 		next.ServeHTTP(w, r)
@@ -264,23 +265,21 @@ func routeOf(r *http.Request) string {
 }
 
 func writeNoRoute(w http.ResponseWriter, r *http.Request) {
-	writeProblem(w, http.StatusNotFound, "Not Found", "no route matches this request")
+	answer.Problem(w, r, http.StatusNotFound, "Not Found", "no route matches this request")
 }
 
 func writeBodyTooLarge(w http.ResponseWriter, r *http.Request, m *route.Route) {
 	if r.ProtoMajor == 1 {
 		w.Header()["Connection"] = []string{"close"} // the rest of the body is not read
 	}
-	writeProblem(w, http.StatusRequestEntityTooLarge, "Content Too Large",
+	answer.Problem(w, r, http.StatusRequestEntityTooLarge, "Content Too Large",
 		"the request body is larger than "+strconv.FormatInt(m.MaxBody(), 10)+" bytes, the limit of route "+m.Name)
 }
 
 // writeNoHealthy answers a request whose pool has no healthy target: 503 with
 // Retry-After, at once.
 func writeNoHealthy(w http.ResponseWriter, r *http.Request, e *upstream.NoHealthyError) {
-	secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
-	w.Header()["Retry-After"] = []string{strconv.FormatInt(max(secs, 1), 10)}
-	writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "no healthy target in this route's upstream")
+	answer.Unavailable(w, r, e.RetryAfter, "no healthy target in this route's upstream")
 }
 
 // upstreamCollector exposes the pools' metrics (DESIGN.md §9) at scrape time.

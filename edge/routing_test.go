@@ -537,11 +537,7 @@ routes:
 }
 
 // openConns counts the edge's open TCP connections.
-func openConns(e *testEdge) int {
-	n := 0
-	e.tcpConns.Range(func(any, any) bool { n++; return true })
-	return n
-}
+func openConns(e *testEdge) int { return e.tcp.Open() }
 
 // TestHashByClientKey: a hash pool keeps each client's API key (the policies' key
 // source) on one target over 300 requests, over HTTP/3, with every target used.

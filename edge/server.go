@@ -25,7 +25,12 @@ import (
 	"github.com/h3edge/h3edge/certs/acme"
 	"github.com/h3edge/h3edge/edge/accesslog"
 	"github.com/h3edge/h3edge/edge/admin"
+	"github.com/h3edge/h3edge/edge/admission"
+	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/rules"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
@@ -69,27 +74,26 @@ type Server struct {
 
 	handler http.Handler
 
-	// Per-key quota: the compiled policies, the store deciding them, the key hash and
-	// the API-key plans.
-	rules  atomic.Pointer[rules]
+	// Per-key quota (enforce.go): the compiled policies, the store deciding them, the
+	// key hash, the API-key plans and the enforcer deciding with them.
+	rules  atomic.Pointer[rules.Set]
 	store  *limiter.Local
-	global globalStore // nil without redis:
+	global enforce.GlobalStore // nil without redis:
 	redis  *redisstore.Store
 	bans   *redisstore.BanBus // nil unless bans are shared
-	hasher hasher
-	plans  atomic.Pointer[plans]
+	hasher identity.Hasher
+	plans  atomic.Pointer[identity.Plans]
+	quota  *enforce.Enforcer
 	// hashes reads keys.redis_hash: the Redis store, set once in New (nil without
 	// redis:) and, unlike redis, never cleared by Close; plansFailing tells that the
 	// last read of the hash failed.
-	hashes       hashScanner
+	hashes       identity.HashScanner
 	plansFailing atomic.Bool
 
-	// guard holds the per-source transport budgets (ip:); tcpConns the open TCP
-	// connections (net.Conn → *tcpSlot), so a ban can close them and a close gives the
-	// slot back; refusedTCP counts refusals at accept.
-	guard      *quicconn.Guard
-	tcpConns   sync.Map
-	refusedTCP refusedTCP
+	// guard holds the per-source transport budgets (ip:); tcp admits TCP connections
+	// under them and tracks the open ones, so a ban can close them.
+	guard *quicconn.Guard
+	tcp   *admission.TCP
 	// box is the penalty box (abuse:): sources rejected too often are banned and
 	// dropped at the cheapest layer.
 	box *penalty.Box
@@ -101,7 +105,7 @@ type Server struct {
 	rejectLog *sampler
 	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
 	upstreamLog *sampler
-	held        heldUnits // concurrency units held now, per policy
+	held        enforce.Held // concurrency units held now, per policy
 	// access is the access log (nil: none); accessDropped counts its dropped lines
 	// across the logs reloads put in force.
 	access        atomic.Pointer[accesslog.Log]
@@ -136,7 +140,7 @@ type Server struct {
 	plain *plainHTTP
 
 	done       chan struct{} // closed when the server stops, ending background work
-	kernelBans chan struct{} // wakes runKernelBans: the bans changed
+	kernelBans *bans.Kernel  // the kernel's ban filter, kept equal to box
 }
 
 // Options carries what the configuration file cannot: the logger and where the
@@ -176,7 +180,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, log: log.With("component", "edge"), baseLog: log, done: make(chan struct{}), kernelBans: make(chan struct{}, 1)}
+	s := &Server{opts: opts, log: log.With("component", "edge"), baseLog: log, done: make(chan struct{})}
 	s.cfg.Store(cfg)
 	cs, err := s.newCerts(cfg)
 	if err != nil {
@@ -186,12 +190,14 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.initQuota(opts); err != nil {
 		return nil, err
 	}
-	if s.box, err = newPenaltyBox(cfg, s.onBan); err != nil {
+	if err := s.newPenaltyBox(cfg); err != nil {
 		return nil, err
 	}
 	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
+	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
+	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = newRegistry()
 	if s.metrics, err = newMetrics(s.registry, s); err != nil {
 		return nil, err
@@ -201,6 +207,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
 	}
+	s.quota = s.newEnforcer()
 	if err := s.initACME(cfg); err != nil {
 		return nil, err
 	}
@@ -253,38 +260,6 @@ func (s *Server) tlsConfig(nextProtos ...string) *tls.Config {
 	c := s.certs.Load().ServerConfig(s.withACMEProtocol(nextProtos)...)
 	c.GetCertificate = s.getCertificate
 	return c
-}
-
-// initQuota builds the per-key quota machinery from the configuration.
-func (s *Server) initQuota(opts Options) error {
-	dir := opts.CertCacheDir
-	if dir == "" {
-		dir = certs.DefaultCacheDir()
-	}
-	cfg := s.config()
-	secret, err := keySecret(cfg.Keys.Secret, dir)
-	if err != nil {
-		return err
-	}
-	s.hasher = hasher{secret: secret}
-	p := &plans{}
-	if cfg.Keys.File != "" {
-		if p, err = loadPlans(cfg.Keys.File, s.hasher); err != nil {
-			return fmt.Errorf("edge: %w", err)
-		}
-	}
-	s.plans.Store(p)
-	rs, err := compileRules(cfg, nil)
-	if err != nil {
-		return err
-	}
-	s.rules.Store(rs)
-	store, err := limiter.NewLocal(limiter.Config{})
-	if err != nil {
-		return err
-	}
-	s.store = store
-	return nil
 }
 
 // Certs returns the certificate store, for reloads and the start-up summary.
@@ -447,13 +422,13 @@ func (s *Server) Serve() error {
 		}
 	}()
 	go s.watchFiles(s.done)
-	go s.runKernelBans(s.done)
+	go s.kernelBans.Run(s.done)
 	s.servePlain()
 	s.startACME()
 	errc := make(chan error, 2)
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
-		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
+		ln := tls.NewListener(s.tcp.Listener(tcpLn), h12.TLSConfig)
 		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
 	}()
 	err = <-errc

@@ -42,15 +42,31 @@ var rules = []rule{
 		"github.com/caddyserver/certmagic", "go.uber.org/zap", "go.uber.org/zap/zapcore",
 	}},
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
-		"edge/config", "edge/admin", "edge/accesslog", "edge/route", "edge/upstream"}, external: []string{
+		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
+		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
+		"edge/admin", "edge/accesslog", "edge/route", "edge/upstream",
+	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
 	}, tests: []string{"bench", "bench/scenario"}},
-	// Rooms of edge's own, each holding less than edge: none of them imports edge.
-	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file's decoder only (std and yaml)
+	// edge's rooms: none knows a listener, Prometheus or go-redis, and none imports edge,
+	// so each can be read and tested on its own.
+	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
+	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated.
+	{pkg: "edge/admission", imports: []string{"quicconn", "edge/config"}},
+	// The penalty box's configuration from config, and its bans kept in the kernel's filter.
+	{pkg: "edge/bans", imports: []string{"limiter", "edge/config"}},
+	{pkg: "edge/answer", imports: []string{"headers"}}, // the edge's refusals: headers builds the documents
+	// Client keys become limiter.Keys; config says what a valid key is and reads keys.file.
+	{pkg: "edge/identity", imports: []string{"limiter", "edge/config"}},
+	// Compiles config's policies into limiter.Policy and headers.Policy, keyed by identity's sources.
+	{pkg: "edge/rules", imports: []string{"headers", "limiter", "edge/config", "edge/identity", "edge/route"}},
+	// Decides rules' policies in limiter's stores, writes headers' fields and answer's refusals.
+	{pkg: "edge/enforce", imports: []string{"headers", "limiter", "edge/config", "edge/answer", "edge/identity", "edge/rules"},
+		tests: []string{"limiter/redisstore"}}, // tests: a Redis store that cannot reach Redis, for on_store_failure
 	{pkg: "edge/admin", imports: []string{"edge/config", "limiter"}, external: []string{
 		"github.com/prometheus/client_golang/...", // it serves the edge's registry (/metrics)
 		"github.com/prometheus/client_model/go",   // the families Gatherer.Gather returns, read for the dashboard
@@ -81,7 +97,7 @@ var rules = []rule{
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
 	{pkg: "bench/chart"},
-	{pkg: "cmd/h3edge", imports: []string{"edge", "edge/config"}, tests: []string{"bench"}}, // it loads the configuration it builds the edge from
+	{pkg: "cmd/h3edge", imports: []string{"edge", "edge/config"}, tests: []string{"bench"}}, // config: load and validate before building
 	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }

@@ -1,4 +1,4 @@
-package edge
+package identity
 
 import (
 	"net/http"
@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// peerAddr is the address of the connection's peer.
-func peerAddr(r *http.Request) netip.Addr {
+// PeerAddr is the address of the connection's peer.
+func PeerAddr(r *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}
@@ -15,13 +15,13 @@ func peerAddr(r *http.Request) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// clientAddr is the address the request comes from: the peer, or — only when the peer is
+// ClientAddr is the address the request comes from: the peer, or — only when the peer is
 // a trusted proxy — the right-most untrusted address of X-Forwarded-For (or, without it,
 // Forwarded). Walking from the right means a client cannot pick its own address by
 // sending a forged header: only hops our proxies appended are believed.
-func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	peer := peerAddr(r)
-	if len(trusted) == 0 || !contains(trusted, peer) {
+func ClientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	peer := PeerAddr(r)
+	if len(trusted) == 0 || !Contains(trusted, peer) {
 		return peer
 	}
 	hops := forwardedHops(r.Header)
@@ -34,7 +34,7 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) netip.Addr {
 			return addr
 		}
 		addr = a
-		if !contains(trusted, a) {
+		if !Contains(trusted, a) {
 			return a
 		}
 	}
@@ -82,7 +82,8 @@ func parseHop(s string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-func contains(ps []netip.Prefix, a netip.Addr) bool {
+// Contains reports whether a is in one of ps.
+func Contains(ps []netip.Prefix, a netip.Addr) bool {
 	for _, p := range ps {
 		if p.Contains(a) {
 			return true

@@ -1,4 +1,4 @@
-package edge
+package identity
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/h3edge/h3edge/limiter"
 )
 
-var plansHasher = hasher{secret: []byte("plans-test-secret")}
+var plansHasher = NewHasher([]byte("plans-test-secret"))
 
 // writeKeys writes data to a keys file in a fresh directory and returns its path.
 func writeKeys(t testing.TB, data []byte) string {
@@ -31,11 +31,11 @@ func writeKeys(t testing.TB, data []byte) string {
 	return file
 }
 
-// hashedPlans hashes the keys of a {key: plan} map as loadPlans does.
+// hashedPlans hashes the keys of a {key: plan} map as LoadPlans does.
 func hashedPlans(m map[string]string) map[limiter.Key]string {
 	out := make(map[limiter.Key]string, len(m))
 	for k, v := range m {
-		out[plansHasher.key('k', k)] = v
+		out[plansHasher.Credential(k)] = v
 	}
 	return out
 }
@@ -103,11 +103,11 @@ func TestPlansFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeKeys(t, []byte(tc.file))
-			p, err := loadPlans(file, plansHasher)
+			p, err := LoadPlans(file, plansHasher)
 			if tc.errs != nil {
 				var ve config.ValidationError
 				if !errors.As(err, &ve) {
-					t.Fatalf("loadPlans: %v, want problems %q", err, tc.errs)
+					t.Fatalf("LoadPlans: %v, want problems %q", err, tc.errs)
 				}
 				var got []string
 				for _, e := range ve {
@@ -125,7 +125,7 @@ func TestPlansFile(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("loadPlans: %v", err)
+				t.Fatalf("LoadPlans: %v", err)
 			}
 			want := tc.want
 			if want == nil {
@@ -180,7 +180,7 @@ func TestPlansFileLarge(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	p, err := loadPlans(file, plansHasher)
+	p, err := LoadPlans(file, plansHasher)
 	took := time.Since(start)
 	close(stop)
 	<-sampled
@@ -198,11 +198,11 @@ func TestPlansFileLarge(t *testing.T) {
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
 		k := fmt.Sprintf("key-%016x-%08d", uint64(i)*0x9e3779b97f4a7c15, i)
-		if got := p.byKey[plansHasher.key('k', k)]; got != plan[i%3] {
+		if got := p.byKey[plansHasher.Credential(k)]; got != plan[i%3] {
 			t.Errorf("key %d: plan %q, want %q", i, got, plan[i%3])
 		}
 	}
-	if p.byKey[plansHasher.key('k', "quoted last")] != "gold" {
+	if p.byKey[plansHasher.Credential("quoted last")] != "gold" {
 		t.Error("the quoted key after the plain ones is missing")
 	}
 	if took > maxTime {
@@ -213,7 +213,7 @@ func TestPlansFileLarge(t *testing.T) {
 	}
 }
 
-// FuzzPlansFile: loadPlans never panics, its problems are placed lines of the file,
+// FuzzPlansFile: LoadPlans never panics, its problems are placed lines of the file,
 // and whatever it loads is what yaml.v3 decodes the file to.
 func FuzzPlansFile(f *testing.F) {
 	for _, s := range []string{
@@ -233,7 +233,7 @@ func FuzzPlansFile(f *testing.F) {
 		for _, brk := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
 			lines += bytes.Count(data, []byte(brk))
 		}
-		p, err := loadPlans(file, plansHasher)
+		p, err := LoadPlans(file, plansHasher)
 		if err != nil {
 			var ve config.ValidationError
 			if !errors.As(err, &ve) || len(ve) == 0 {
@@ -248,10 +248,10 @@ func FuzzPlansFile(f *testing.F) {
 		}
 		var want map[string]string
 		if err := yaml.Unmarshal(data, &want); err != nil {
-			t.Fatalf("loadPlans loaded %d keys; yaml.v3: %v", len(p.byKey), err)
+			t.Fatalf("LoadPlans loaded %d keys; yaml.v3: %v", len(p.byKey), err)
 		}
 		if !maps.Equal(p.byKey, hashedPlans(want)) {
-			t.Fatalf("loadPlans loaded %d keys; yaml.v3 decodes %v", len(p.byKey), want)
+			t.Fatalf("LoadPlans loaded %d keys; yaml.v3 decodes %v", len(p.byKey), want)
 		}
 	})
 }

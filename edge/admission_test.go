@@ -132,7 +132,7 @@ func TestStreamBudget(t *testing.T) {
 		c.IP.Streams = config.Rate{Rate: 0.001, Burst: 5}
 		c.Policies = []config.Policy{{Name: "p", Key: []string{"ip"}, Quota: 1000, Window: time.Minute}}
 	})
-	pol := func() uint64 { st := e.rules.Load().policies[0].lim.Stats(); return st.Allowed + st.Denied }
+	pol := func() uint64 { st := e.rules.Load().Policies[0].Limiter.Stats(); return st.Allowed + st.Denied }
 	for i, proto := range []string{"h3", "h2"} {
 		t.Run(proto, func(t *testing.T) {
 			src := []string{"127.0.0.4", "127.0.0.5"}[i]
@@ -158,7 +158,7 @@ func TestStreamBudget(t *testing.T) {
 				case resp.StatusCode == 429:
 					body, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
-					if resp.Header.Get("RateLimit") != "" || string(body) != string(tooManyStreams) {
+					if resp.Header.Get("RateLimit") != "" || string(body) != `{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests from this source"}` {
 						t.Errorf("stream refusal is not the prebuilt 429: %q %s", resp.Header, body)
 					}
 					rejected++

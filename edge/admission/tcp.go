@@ -1,0 +1,156 @@
+// Package admission is the TCP side of the per-source transport budgets (ip:, DESIGN
+// §1): connections from banned sources or over their source's connection budget or
+// cap are reset at accept, before any TLS work, and the open ones are counted against
+// their source's cap until the HTTP server is done with them. quicconn.Guard is the
+// same budgets' QUIC side and their one state: TCP and QUIC connections of a source
+// count together.
+package admission
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/quicconn"
+)
+
+// TCP admits TCP connections. Make it with NewTCP; it is safe for concurrent use.
+type TCP struct {
+	guard  *quicconn.Guard
+	banned func(netip.Addr) bool
+	// conns maps each open connection Accept returned to its slot, so that a ban can
+	// close it and Release give the slot back.
+	conns                                  sync.Map // net.Conn → *slot
+	refusedBanned, refusedRate, refusedMax atomic.Uint64
+}
+
+// slot is an open TCP connection's place in its source's count.
+type slot struct {
+	slot *quicconn.Slot
+	addr netip.Addr
+}
+
+// NewTCP returns the TCP admission of guard's budgets; banned reports a source in the
+// penalty box.
+func NewTCP(guard *quicconn.Guard, banned func(netip.Addr) bool) *TCP {
+	return &TCP{guard: guard, banned: banned}
+}
+
+// Listener returns ln with t's admission at Accept.
+func (t *TCP) Listener(ln net.Listener) net.Listener { return listener{Listener: ln, t: t} }
+
+type listener struct {
+	net.Listener
+	t *TCP
+}
+
+func (l listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.t.admit(c) {
+			return c, nil
+		}
+	}
+}
+
+// admit counts c against its source, or resets it and counts the refusal.
+func (t *TCP) admit(c net.Conn) bool {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return true
+	}
+	addr := ap.Addr().Unmap()
+	if t.banned(addr) {
+		t.refusedBanned.Add(1)
+		reset(c)
+		return false
+	}
+	s, err := t.guard.Admit(addr, time.Now())
+	if err != nil {
+		if errors.Is(err, quicconn.ErrMaxConns) {
+			t.refusedMax.Add(1)
+		} else {
+			t.refusedRate.Add(1)
+		}
+		reset(c)
+		return false
+	}
+	// The connection itself goes to the server, unwrapped: a wrapper's extra frame on
+	// every write pushed HTTP/2's frame-writing goroutines past their initial stack (a
+	// stack copy per flush). Its slot is found again by the conn when the server
+	// reports it closed (Release).
+	t.conns.Store(c, &slot{slot: s, addr: addr})
+	return true
+}
+
+// Release gives the slot of c — a connection Accept returned, unwrapped of TLS and
+// the like — back when the HTTP server is done with it (closed, or hijacked: then its
+// new owner is no longer an HTTP connection). Other connections are ignored.
+func (t *TCP) Release(c net.Conn) {
+	if v, ok := t.conns.LoadAndDelete(c); ok {
+		v.(*slot).slot.Release()
+	}
+}
+
+// Open returns how many connections Accept returned are still open (not yet
+// released).
+func (t *TCP) Open() int {
+	n := 0
+	t.conns.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// Kick closes the open TCP connections of sources in p (a new ban) and returns how
+// many it closed. Bans are rare; the walk is over open connections only.
+func (t *TCP) Kick(p netip.Prefix) int {
+	n := 0
+	t.conns.Range(func(k, v any) bool {
+		if p.Contains(v.(*slot).addr) {
+			reset(k.(net.Conn)) // the server then reports it closed: Release gives it back
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// Refused counts the TCP connections reset at accept since start, by reason: the
+// source was banned, over its connection budget (rate), or at its cap.
+type Refused struct {
+	Banned, Rate, MaxConns uint64
+}
+
+// Refused returns the refusals so far.
+func (t *TCP) Refused() Refused {
+	return Refused{Banned: t.refusedBanned.Load(), Rate: t.refusedRate.Load(), MaxConns: t.refusedMax.Load()}
+}
+
+// reset closes c with a RST (SO_LINGER 0): no FIN handshake to wait for.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+// GuardConfig translates the ip: section into the guard's budgets (without Banned).
+func GuardConfig(c config.IPConfig) quicconn.Config {
+	return quicconn.Config{
+		ConnRate:       c.Connections.Rate,
+		ConnBurst:      c.Connections.Burst,
+		StreamRate:     c.Streams.Rate,
+		StreamBurst:    c.Streams.Burst,
+		MaxConnections: c.MaxConnections,
+		RetryAbove:     float64(c.RetryAbove),
+		MaxTracked:     c.MaxTracked,
+		IPv4Prefix:     c.IPv4Prefix,
+		IPv6Prefix:     c.IPv6Prefix,
+	}
+}

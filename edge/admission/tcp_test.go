@@ -1,0 +1,96 @@
+package admission
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/quicconn"
+)
+
+// Over real loopback connections: the cap resets the connection over it at accept,
+// Release gives a slot back, a banned source is reset, and Kick closes what is open.
+func TestTCP(t *testing.T) {
+	cfg := config.Default()
+	cfg.ApplyDefaults()
+	gc := GuardConfig(cfg.IP)
+	gc.MaxConnections = 1
+	g, err := quicconn.New(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var banned atomic.Bool
+	tcp := NewTCP(g, func(netip.Addr) bool { return banned.Load() })
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := tcp.Listener(inner)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// refused dials and reports whether the edge reset the connection: the RST comes
+	// before connect returns (it is sent at accept, which may win the race), or a read
+	// sees it — not a timeout.
+	refused := func() bool {
+		t.Helper()
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if errors.Is(err, syscall.ECONNRESET) {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		var ne net.Error
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, io.EOF)
+	}
+
+	dial()
+	server := <-accepted
+	if !refused() {
+		t.Fatal("a connection over the cap of 1 was not reset")
+	}
+	if r := tcp.Refused(); r.MaxConns != 1 || r.Banned != 0 {
+		t.Errorf("refused %+v, want one over the cap", r)
+	}
+	server.Close()
+	tcp.Release(server)
+	dial()
+	server = <-accepted // the slot came back
+	banned.Store(true)
+	if !refused() || tcp.Refused().Banned != 1 {
+		t.Errorf("a banned source's connection was not reset (refused %+v)", tcp.Refused())
+	}
+	if n := tcp.Kick(netip.MustParsePrefix("127.0.0.0/8")); n != 1 {
+		t.Errorf("Kick closed %d connections, want the one open", n)
+	}
+	if _, err := server.Write([]byte("x")); err == nil {
+		t.Error("a kicked connection still writes")
+	}
+}
