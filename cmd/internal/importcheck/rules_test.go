@@ -35,13 +35,16 @@ var rules = []rule{
 		"golang.org/x/net/bpf", "golang.org/x/net/ipv4", "golang.org/x/sys/unix",
 	}},
 	{pkg: "certs"},
-	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs"}, external: []string{
+	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "edge/demo"}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
 	}, tests: []string{"bench", "bench/scenario"}},
+	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
+	// bench/scenario's bare baseline serves the very handler h3edge serves.
+	{pkg: "edge/demo"},
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
@@ -53,7 +56,9 @@ var rules = []rule{
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
 	}},
-	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers"}, external: []string{
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
+		"edge/demo", // the bare baseline serves h3edge's demo origin: "the same handler"
+	}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
 		"golang.org/x/net/ipv4", // beyond the table: drop-cost's flood sends with sendmmsg
