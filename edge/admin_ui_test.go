@@ -74,7 +74,7 @@ func TestDashboardInChromium(t *testing.T) {
 	// The one client key of the load below: 127.0.0.1's, hashed, as decide feeds it
 	// (its count is not checked: the sketch halves every topHalfLife).
 	rs := e.rules.Load()
-	key := e.hasher.ipKey(sourcePrefix(netip.MustParseAddr("127.0.0.1"), rs.v4, rs.v6))
+	key := e.hasher.ipKey(rs.sources.Prefix(netip.MustParseAddr("127.0.0.1")))
 
 	scratch := t.TempDir()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],

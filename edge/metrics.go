@@ -245,7 +245,7 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		defer m.record(rec, protoIndex(r.ProtoMajor), start)
 		if m.top.sources.sampled() {
 			rs := m.s.rules.Load()
-			m.top.sources.observe(sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6))
+			m.top.sources.observe(rs.sources.Prefix(clientAddr(r, rs.trusted)))
 		}
 		next.ServeHTTP(rec, r)
 	})

@@ -29,7 +29,7 @@ type rules struct {
 	byPlan      bool // some rule matches by plan
 	defaultPlan string
 	legacy      bool
-	v4, v6      int
+	sources     limiter.SourcePrefix // what the ip key and the top sources count
 	trusted     []netip.Prefix
 	// leases maps global policies to their lease option, for the Redis store.
 	leases map[*limiter.Policy]int64
@@ -78,8 +78,7 @@ func compileRules(cfg *config.Config, prev *rules) (*rules, error) {
 		leases:      map[*limiter.Policy]int64{},
 		defaultPlan: cfg.Keys.DefaultPlan,
 		legacy:      cfg.LegacyHeaders,
-		v4:          cfg.IP.IPv4Prefix,
-		v6:          cfg.IP.IPv6Prefix,
+		sources:     limiter.SourcePrefix{IPv4: cfg.IP.IPv4Prefix, IPv6: cfg.IP.IPv6Prefix},
 		trusted:     cfg.TrustedProxyPrefixes(),
 	}
 	chainIndex := map[string]int{}
@@ -492,7 +491,7 @@ func (s *Server) clientKey(r *http.Request, rs *rules, chain []keySource, d *dec
 	for _, ks := range chain {
 		if ks.kind == "ip" {
 			if !d.ipKeyOK {
-				d.ipKey, d.ipKeyOK = d.connMemo(r).ipKey(s.hasher, sourcePrefix(clientAddr(r, rs.trusted), rs.v4, rs.v6)), true
+				d.ipKey, d.ipKeyOK = d.connMemo(r).ipKey(s.hasher, rs.sources.Prefix(clientAddr(r, rs.trusted))), true
 			}
 			return d.ipKey, nil
 		}

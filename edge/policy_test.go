@@ -181,7 +181,7 @@ func TestShadowBesideEnforced(t *testing.T) {
 func held(t testing.TB, e *testEdge, i int, quota int64) int64 {
 	t.Helper()
 	rs := e.rules.Load()
-	k := e.hasher.ipKey(sourcePrefix(mustAddr("127.0.0.1"), rs.v4, rs.v6))
+	k := e.hasher.ipKey(rs.sources.Prefix(mustAddr("127.0.0.1")))
 	d, err := limiter.Take(context.Background(), e.store, time.Now(), limiter.Request{Policy: rs.policies[i].lim, Key: k, Cost: 0})
 	if err != nil {
 		t.Fatal(err)
