@@ -2,17 +2,11 @@ package scenario
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +18,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/edge/demo"
 )
 
@@ -116,32 +111,9 @@ func ServeBare(ctx context.Context, addr string, logw io.Writer) error {
 // bareCertificate makes a self-signed certificate for 127.0.0.1, ::1 and localhost and
 // returns it with its SPKI pin.
 func bareCertificate() (tls.Certificate, string, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := certs.SelfSigned()
 	if err != nil {
-		return tls.Certificate{}, "", err
+		return tls.Certificate{}, "", fmt.Errorf("bench: bare server: %w", err)
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return tls.Certificate{}, "", err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "h3bench bare server"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, "", err
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return tls.Certificate{}, "", err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, bench.SPKIPin(leaf), nil
+	return c, bench.SPKIPin(c.Leaf), nil
 }

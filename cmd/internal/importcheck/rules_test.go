@@ -33,6 +33,8 @@ var rules = []rule{
 		// Beyond the table: the kernel's ban filter (classic BPF, SO_ATTACH_FILTER) and
 		// batched reads (recvmmsg) of the filtered UDP socket.
 		"golang.org/x/net/bpf", "golang.org/x/net/ipv4", "golang.org/x/sys/unix",
+	}, tests: []string{
+		"certs", // certs.SelfSigned: the one self-signed certificate helper of the module
 	}},
 	{pkg: "certs"},
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "edge/demo"}, external: []string{
@@ -55,9 +57,10 @@ var rules = []rule{
 		// Beyond the table: the fields checker parses the RateLimit fields h3edge sends
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
-	}},
+	}, tests: []string{"certs"}}, // certs.SelfSigned for the test servers
 	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
 		"edge/demo", // the bare baseline serves h3edge's demo origin: "the same handler"
+		"certs",     // and a certs.SelfSigned certificate, as h3edge's development one is made
 	}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
@@ -67,7 +70,7 @@ var rules = []rule{
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
 	{pkg: "bench/chart"},
-	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench"}},
+	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench", "certs"}},
 	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
