@@ -27,7 +27,8 @@ type rule struct {
 var rules = []rule{
 	{pkg: "headers", external: []string{"github.com/dunglas/httpsfv"}},
 	{pkg: "limiter", external: []string{"golang.org/x/time/..."}},
-	{pkg: "limiter/redisstore", imports: []string{"limiter"}, external: []string{"github.com/redis/go-redis/v9/..."}},
+	{pkg: "limiter/redisstore", imports: []string{"limiter"}, external: []string{"github.com/redis/go-redis/v9/..."},
+		tests: []string{"bench/testkit"}},
 	{pkg: "quicconn", imports: []string{"limiter"}, external: []string{
 		"github.com/quic-go/quic-go/...",
 		// Beyond the table: the kernel's ban filter (classic BPF, SO_ATTACH_FILTER) and
@@ -69,7 +70,10 @@ var rules = []rule{
 		// text parser (the format package, not client_golang: bench registers nothing).
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
-	{pkg: "bench/chart"},
+	{pkg: "bench/chart", tests: []string{"bench/testkit"}},
+	// Beyond the table: the helpers every package's tests share (free ports, redis-server,
+	// waiting, tools required under CI). Std only, so that any row may list it in tests.
+	{pkg: "bench/testkit"},
 	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench", "certs"}},
 	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
