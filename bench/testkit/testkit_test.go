@@ -5,13 +5,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"strconv"
 )
 
-// TestFreePortDistinct: the ports FreePort hands out never repeat and are free for TCP
-// and UDP, below the ephemeral range.
+// TestFreePortDistinct: the ports FreePort hands out never repeat, so two servers of a
+// scenario (or one server's public and admin ports) cannot be given the same port. A
+// CI run once failed on exactly that: the kernel offered a port again after its probe.
+// Each is free for TCP and UDP, below the ephemeral range.
 func TestFreePortDistinct(t *testing.T) {
 	seen := map[int]bool{}
-	for range 50 {
+	for range 300 {
 		p := Port(t)
 		if seen[p] || p < 10000 || p >= 32768 {
 			t.Fatalf("FreePort gave %d (seen before: %v)", p, seen[p])
@@ -19,11 +23,16 @@ func TestFreePortDistinct(t *testing.T) {
 		seen[p] = true
 	}
 	p := Port(t)
-	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
+	tl, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		t.Fatalf("port %d not free for TCP: %v", p, err)
+	}
+	tl.Close()
+	ul, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p})
 	if err != nil {
 		t.Fatalf("port %d not free for UDP: %v", p, err)
 	}
-	l.Close()
+	ul.Close()
 }
 
 // TestRedis: a started server answers PING; killed it does not; started again on its

@@ -60,8 +60,9 @@ var rules = []rule{
 		"github.com/dunglas/httpsfv",
 	}, tests: []string{"certs"}}, // certs.SelfSigned for the test servers
 	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
-		"edge/demo", // the bare baseline serves h3edge's demo origin: "the same handler"
-		"certs",     // and a certs.SelfSigned certificate, as h3edge's development one is made
+		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
+		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
+		"bench/testkit", // FreePort and NextPhase, shared with the tests of every package
 	}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
