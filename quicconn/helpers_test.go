@@ -204,18 +204,6 @@ func isRefused(err error) bool {
 	return errors.As(err, &te) && te.ErrorCode == quic.ConnectionRefused && te.Remote
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // banList is a Config.Banned backed by a set.
 type banList struct {
 	mu  sync.RWMutex

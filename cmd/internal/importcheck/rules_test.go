@@ -35,7 +35,8 @@ var rules = []rule{
 		// batched reads (recvmmsg) of the filtered UDP socket.
 		"golang.org/x/net/bpf", "golang.org/x/net/ipv4", "golang.org/x/sys/unix",
 	}, tests: []string{
-		"certs", // certs.SelfSigned: the one self-signed certificate helper of the module
+		"certs",         // certs.SelfSigned: the one self-signed certificate helper of the module
+		"bench/testkit", // WaitFor
 	}},
 	{pkg: "certs"},
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "edge/demo"}, external: []string{
@@ -58,7 +59,7 @@ var rules = []rule{
 		// Beyond the table: the fields checker parses the RateLimit fields h3edge sends
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
-	}, tests: []string{"certs"}}, // certs.SelfSigned for the test servers
+	}, tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned for the test servers
 	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
 		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
 		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
