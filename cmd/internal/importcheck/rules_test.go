@@ -45,7 +45,7 @@ var rules = []rule{
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
-	}, tests: []string{"bench", "bench/scenario"}},
+	}, tests: []string{"bench", "bench/scenario", "bench/testkit"}},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
 	// bench/scenario's bare baseline serves the very handler h3edge serves.
 	{pkg: "edge/demo"},
@@ -76,7 +76,7 @@ var rules = []rule{
 	// Beyond the table: the helpers every package's tests share (free ports, redis-server,
 	// waiting, tools required under CI). Std only, so that any row may list it in tests.
 	{pkg: "bench/testkit"},
-	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench", "certs"}},
+	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench", "certs", "bench/testkit"}},
 	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
