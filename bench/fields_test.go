@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/headers"
 )
 
@@ -383,7 +384,7 @@ func TestRespectLimits(t *testing.T) {
 	for _, respect := range []bool{true, false} {
 		t.Run(fmt.Sprint("respect=", respect), func(t *testing.T) {
 			// Start just after a second boundary and run two whole windows.
-			start := nextPhase(time.Now().Add(20*time.Millisecond), time.Second, 0.02)
+			start := testkit.NextPhase(time.Now().Add(20*time.Millisecond), time.Second, 0.02)
 			time.Sleep(time.Until(start))
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
@@ -423,15 +424,4 @@ func TestRespectLimits(t *testing.T) {
 			}
 		})
 	}
-}
-
-// nextPhase returns the first instant at or after t that lies phase (0 to 1) of the way
-// into a window of length w aligned to the Unix epoch, as the boundary scenario's does.
-func nextPhase(t time.Time, w time.Duration, phase float64) time.Time {
-	ns := t.UnixNano()
-	at := time.Unix(0, ns-ns%int64(w)).Add(time.Duration(phase * float64(w)))
-	if at.Before(t) {
-		at = at.Add(w)
-	}
-	return at
 }

@@ -2,16 +2,11 @@ package bench
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +16,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/certs"
 )
 
 // Bare in-process servers for the tests: quic-go's http3.Server on its own
@@ -39,28 +36,11 @@ var (
 func selfSigned(t testing.TB) (tls.Certificate, *x509.Certificate) {
 	t.Helper()
 	certOnce.Do(func() {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+		var err error
+		if testCert, err = certs.SelfSigned(); err != nil {
 			panic(err)
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber:          big.NewInt(1),
-			Subject:               pkix.Name{CommonName: "bench test"},
-			NotBefore:             time.Now().Add(-time.Hour),
-			NotAfter:              time.Now().Add(24 * time.Hour),
-			KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-			ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			BasicConstraintsValid: true,
-			IsCA:                  true,
-			DNSNames:              []string{"localhost"},
-			IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			panic(err)
-		}
-		testLeaf, _ = x509.ParseCertificate(der)
-		testCert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: testLeaf}
+		testLeaf = testCert.Leaf
 	})
 	return testCert, testLeaf
 }

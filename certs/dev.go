@@ -1,9 +1,6 @@
 package certs
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -11,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -126,35 +121,16 @@ func (s *Store) waitLock() {
 // generateDev makes a self-signed ECDSA P-256 certificate for localhost, 127.0.0.1 and
 // ::1, valid for a year.
 func (s *Store) generateDev() (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := newSelfSigned(selfSignedSpec{
+		subject:   pkix.Name{Organization: []string{"h3edge"}, CommonName: "h3edge development certificate"},
+		names:     loopbackNames,
+		notBefore: s.now().Add(-time.Hour), // tolerate a little clock skew
+		lifetime:  devLifetime,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("certs: generate development key: %w", err)
+		return nil, fmt.Errorf("certs: development certificate: %w", err)
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("certs: generate development certificate serial: %w", err)
-	}
-	now := s.now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{Organization: []string{"h3edge"}, CommonName: "h3edge development certificate"},
-		NotBefore:             now.Add(-time.Hour), // tolerate a little clock skew
-		NotAfter:              now.Add(devLifetime),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("certs: create development certificate: %w", err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("certs: parse development certificate: %w", err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+	return c, nil
 }
 
 // writeDev writes the key, then the certificate, each atomically.

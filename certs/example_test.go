@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 
+	"crypto/x509"
+
 	"github.com/h3edge/h3edge/certs"
 )
 
@@ -64,4 +66,19 @@ func ExampleStore_ServerConfig() {
 	quic := s.ServerConfig()                // for QUIC: http3 sets "h3" on its own copy
 	fmt.Println(tcp.NextProtos, quic.NextProtos, tcp != quic)
 	// Output: [h2 http/1.1] [] true
+}
+
+// A self-signed certificate for a test server: its own root, so a client can trust it.
+func ExampleSelfSigned() {
+	c, err := certs.SelfSigned("api.test", "127.0.0.1")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(c.Leaf)
+	_, err = c.Leaf.Verify(x509.VerifyOptions{DNSName: "api.test", Roots: roots})
+	fmt.Println(c.Leaf.DNSNames, c.Leaf.IPAddresses, err)
+	// Output:
+	// [api.test] [127.0.0.1] <nil>
 }

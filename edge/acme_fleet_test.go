@@ -2,11 +2,11 @@ package edge
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 )
@@ -18,12 +18,12 @@ import (
 // ordering lock: it answers the challenge of an order it did not place, from the
 // shared storage. Everything lives under h3edge:acme:, and no private key is logged.
 func TestACMEFleet(t *testing.T) {
-	r := startRedis(t)
+	r := testkit.StartRedis(t)
 	ca := newPebble(t)
 	var edges []*acmeEdge
 	for range 3 {
 		edges = append(edges, newACMEEdge(t, ca, func(c *config.Config) {
-			c.Redis = &config.RedisConfig{URL: r.url}
+			c.Redis = &config.RedisConfig{URL: r.URL()}
 			c.TLS.ACME.Storage = config.StorageRedis
 			c.TLS.ACME.Challenges = []string{"tls-alpn-01"}
 		}, Options{}))
@@ -32,14 +32,14 @@ func TestACMEFleet(t *testing.T) {
 	start := time.Now()
 	edges[1].serve()
 	edges[2].serve()
-	rc := r.client(t)
-	waitFor(t, 10*time.Second, func() bool {
+	rc := redisClient(t, r)
+	testkit.WaitFor(t, 10*time.Second, "an edge to hold the ordering lock", func() bool {
 		locks, _ := rc.Keys(context.Background(), acmeKeyPrefix+"lock:issue_cert_*").Result()
 		return len(locks) > 0
 	})
 	edges[0].serve()
 	serials := make([]string, len(edges))
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every edge to serve a certificate", func() bool {
 		for i, e := range edges {
 			c := e.acme.Lookup(acmeDomain)
 			if c == nil {
@@ -90,15 +90,11 @@ func TestACMEFleet(t *testing.T) {
 // read at start serves on, says degraded, and reads storage again with backoff: once
 // Redis is back it obtains its certificate.
 func TestACMERedisDownAtStart(t *testing.T) {
-	r := startRedis(t)
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.kill()
+	r := testkit.StartRedis(t)
+	r.Kill()
 	ca := newPebble(t)
 	e := newACMEEdge(t, ca, func(c *config.Config) {
-		c.Redis = &config.RedisConfig{URL: r.url}
+		c.Redis = &config.RedisConfig{URL: r.URL()}
 		c.TLS.ACME.Storage = config.StorageRedis
 		c.TLS.ACME.Challenges = []string{"tls-alpn-01"}
 	}, Options{})
@@ -111,7 +107,7 @@ func TestACMERedisDownAtStart(t *testing.T) {
 	if adminGet(t, e.Server, "/readyz", &rd); rd.Status != "degraded" {
 		t.Fatalf("/readyz = %+v, want degraded", rd)
 	}
-	r.start(t, bin)
+	r.Start()
 	restarted := time.Now()
 	leaf := e.waitACME(t, acmeDomain, 30*time.Second)
 	t.Logf("obtained %v after Redis came back (storage is read again every 5 s at first)", time.Since(restarted))

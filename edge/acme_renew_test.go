@@ -13,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 )
@@ -92,7 +93,7 @@ func TestACMERenewalUnderLoad(t *testing.T) {
 	}
 	start := time.Now()
 	var renewed string
-	waitFor(t, 45*time.Second, func() bool {
+	testkit.WaitFor(t, 45*time.Second, "a renewed certificate on HTTP/3 and HTTP/2", func() bool {
 		time.Sleep(200 * time.Millisecond) // a probe's pace, not a synchronisation
 		s3, s2 := probe("h3"), probe("h2")
 		if s3 != "" && s3 != first && s3 == s2 {
@@ -103,7 +104,7 @@ func TestACMERenewalUnderLoad(t *testing.T) {
 	})
 	// Keep the load on a little past the swap, then stop.
 	until := time.Now().Add(time.Second)
-	waitFor(t, 5*time.Second, func() bool { return time.Now().After(until) })
+	testkit.WaitFor(t, 5*time.Second, "the load to run past the swap", func() bool { return time.Now().After(until) })
 	close(stop)
 	wg.Wait()
 	t.Logf("renewed %s → %s after %v under load: %d requests, %d failed", first, renewed, time.Since(start), ok.Load(), failed.Load())
@@ -143,10 +144,10 @@ func TestACMECADown(t *testing.T) {
 	t.Logf("stored certificate served on all three protocols %v after the restart", time.Since(start))
 
 	const failure = "ACME renewing failed; serving the certificate in storage"
-	waitFor(t, 20*time.Second, func() bool { return strings.Contains(e.log.String(), failure) })
+	testkit.WaitFor(t, 20*time.Second, "the renewal failure logged", func() bool { return strings.Contains(e.log.String(), failure) })
 	// Several maintenance rounds later it is still said once.
 	rounds := time.Now().Add(2 * time.Second)
-	waitFor(t, 5*time.Second, func() bool { return time.Now().After(rounds) })
+	testkit.WaitFor(t, 5*time.Second, "several maintenance rounds", func() bool { return time.Now().After(rounds) })
 	if n := strings.Count(e.log.String(), failure); n != 1 {
 		t.Fatalf("the renewal failure was logged %d times:\n%s", n, e.log.String())
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 )
@@ -102,7 +103,7 @@ func (e *acmeEdge) stop(t testing.TB) {
 // waitACME waits until the edge serves an ACME certificate for name.
 func (e *acmeEdge) waitACME(t testing.TB, name string, d time.Duration) *x509.Certificate {
 	t.Helper()
-	waitFor(t, d, func() bool { return e.acme.Lookup(name) != nil })
+	testkit.WaitFor(t, d, "a certificate for "+name, func() bool { return e.acme.Lookup(name) != nil })
 	return e.acme.Lookup(name).Leaf
 }
 
@@ -251,7 +252,7 @@ func TestACMEHTTP01(t *testing.T) {
 		t.Fatalf("ALPN %q: acme-tls/1 offered without tls-alpn-01", p)
 	}
 	hp := e.plainAddr().Port
-	ca.Start(pebbleOptions{TLSPort: freePort(t), HTTPPort: hp})
+	ca.Start(pebbleOptions{TLSPort: testkit.Port(t), HTTPPort: hp})
 	start := time.Now()
 	e.serve()
 	leaf := e.waitACME(t, acmeDomain, 60*time.Second)
@@ -286,7 +287,7 @@ func TestACMEHTTP01(t *testing.T) {
 // edge still serves (the development certificate), /readyz says degraded, the admin
 // API names the missing domain, and the failure is counted.
 func TestACMEDegradedWithoutCertificate(t *testing.T) {
-	dead := freePort(t) // nothing listens here
+	dead := testkit.Port(t) // nothing listens here
 	e := startEdge(t, func(c *config.Config) {
 		c.TLS.ACME = &config.ACMEConfig{Domains: []string{acmeDomain}, CA: fmt.Sprintf("https://127.0.0.1:%d/dir", dead), Storage: t.TempDir()}
 	})
@@ -304,7 +305,7 @@ func TestACMEDegradedWithoutCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	waitFor(t, 20*time.Second, func() bool { return e.acme.Errors() >= 1 })
+	testkit.WaitFor(t, 20*time.Second, "an ACME error counted", func() bool { return e.acme.Errors() >= 1 })
 	if !strings.Contains(metricsText(t, e.Server), "h3edge_acme_errors_total ") {
 		t.Fatal("no h3edge_acme_errors_total in /metrics")
 	}

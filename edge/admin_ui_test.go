@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
@@ -31,10 +32,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (apt-get install -y chromium)")
-	}
-	t.Skip("chromium is not installed")
+	testkit.Require(t, "chromium (apt-get install -y chromium)", false)
 	return ""
 }
 
@@ -55,7 +53,7 @@ func artifactDir(t *testing.T) string {
 // screenshot is kept as an artifact.
 func TestDashboardInChromium(t *testing.T) {
 	bin := chromium(t)
-	if testing.Short() && os.Getenv("CI") != "true" {
+	if testing.Short() && !testkit.InCI() {
 		t.Skip("starts a browser")
 	}
 	const token = "dashboard-test-token"

@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
@@ -251,7 +252,7 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 	resp.Body.Close()
 
 	// After the ban the source is served again (its bucket refilled meanwhile).
-	waitFor(t, 3*time.Second, func() bool { return !e.box.Banned(attacker) })
+	testkit.WaitFor(t, 3*time.Second, "the ban to end", func() bool { return !e.box.Banned(attacker) })
 	c, err := newSourceClient(t, "h3", "127.0.0.20").dial(addr)
 	if err != nil {
 		t.Fatalf("after the ban: %v", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 )
 
@@ -508,14 +509,14 @@ func TestGracefulShutdown(t *testing.T) {
 	for range 2 * perProto {
 		<-started
 	}
-	waitFor(t, 5*time.Second, func() bool { return inflight.Load() >= 2*perProto })
+	testkit.WaitFor(t, 5*time.Second, "every protocol's requests in flight", func() bool { return inflight.Load() >= 2*perProto })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	shutdownDone := make(chan error, 1)
 	go func() { shutdownDone <- e.Shutdown(ctx) }()
 
 	// New connections are refused while the old ones drain.
-	waitFor(t, 2*time.Second, func() bool {
+	testkit.WaitFor(t, 2*time.Second, "new connections refused", func() bool {
 		d := net.Dialer{Timeout: 200 * time.Millisecond}
 		c, err := d.Dial("tcp", e.Addr().String())
 		if err == nil {
@@ -565,16 +566,4 @@ func slowUpstream(t testing.TB, d time.Duration) (*httptest.Server, *atomic.Int6
 	}))
 	t.Cleanup(up.Close)
 	return up, &n
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -5,85 +5,35 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/h3edge/h3edge/bench/scenario"
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter/penalty"
 )
 
-// redisServer is a redis-server process this test started on a free port.
-type redisServer struct {
-	cmd  *exec.Cmd
-	port int
-	url  string
-}
-
-// startRedis starts a private redis-server. A missing binary skips the test locally
-// and fails it under CI=true.
-func startRedis(t testing.TB) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed; .ci/run installs it")
-		}
-		t.Skip("redis-server not installed")
-	}
-	port, err := scenario.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &redisServer{port: port, url: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
-	r.start(t, bin)
-	t.Cleanup(func() { r.cmd.Process.Kill(); r.cmd.Wait() })
-	return r
-}
-
-func (r *redisServer) start(t testing.TB, bin string) {
-	t.Helper()
-	r.cmd = exec.Command(bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-}
-
-// client returns a client of this Redis, closed when the test ends.
-func (r *redisServer) client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+// redisClient returns a client of r, closed when the test ends.
+func redisClient(t testing.TB, r *testkit.Redis) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-// kill stops Redis at once (SIGKILL).
-func (r *redisServer) kill() { r.cmd.Process.Signal(syscall.SIGKILL); r.cmd.Wait() }
-
 func TestGlobalQuotaAcrossEdges(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	mk := func() *testEdge {
 		return startEdge(t, func(c *config.Config) {
-			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
+			c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 200 * time.Millisecond}
 			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Policies = []config.Policy{{Name: "burst", Key: []string{"header:X-API-Key"}, Quota: 10, Window: time.Minute}}
 		})
@@ -111,11 +61,11 @@ func TestGlobalQuotaAcrossEdges(t *testing.T) {
 }
 
 func TestStoreFailureModes(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	e := startEdge(t, func(c *config.Config) {
 		// Generous while Redis is up (a slow round trip on a busy machine would fall back
 		// and upset the exact counts); once it is killed, calls fail at once.
-		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
 		c.Policies = []config.Policy{
 			{Name: "open", Match: config.Match{PathPrefix: "/open"}, Key: []string{"ip"}, Quota: 3, Window: time.Minute, OnStoreFailure: "open"},
@@ -126,7 +76,7 @@ func TestStoreFailureModes(t *testing.T) {
 	if resp, _ := do(t, c, "GET", e.url+"/open", nil, nil); resp.StatusCode != 200 {
 		t.Fatalf("with Redis up: %d", resp.StatusCode)
 	}
-	rd.kill()
+	rd.Kill()
 	// closed: 503 with the problem type; never slower than the budget allows.
 	start := time.Now()
 	resp, body := do(t, c, "GET", e.url+"/closed", nil, nil)
@@ -153,10 +103,10 @@ func contains503(body []byte) bool {
 }
 
 func TestSharedBans(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	mk := func() *testEdge {
 		return startEdge(t, func(c *config.Config) {
-			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 200 * time.Millisecond}
+			c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 200 * time.Millisecond}
 		})
 	}
 	a, b := mk(), mk()
@@ -165,18 +115,18 @@ func TestSharedBans(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor(t, time.Second, func() bool { return b.box.Banned(p.Addr()) })
+	testkit.WaitFor(t, time.Second, "the shared ban to reach the other edge", func() bool { return b.box.Banned(p.Addr()) })
 	t.Logf("ban made on edge A applied on edge B after %v", time.Since(start))
 }
 
 // TestMetricsStoreFailureLive: a scripted mix with Redis killed mid-way; the counters in
 // /metrics (through the edge's own admin listener) have exactly the expected values.
 func TestMetricsStoreFailureLive(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	e := startEdge(t, func(c *config.Config) {
 		// Generous while Redis is up (a slow round trip on a busy machine would fall back
 		// and upset the exact counts); once it is killed, calls fail at once.
-		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
 		c.Policies = []config.Policy{
 			{Name: "open", Match: config.Match{PathPrefix: "/open"}, Key: []string{"header:X-API-Key"}, Quota: 2, Window: time.Minute, OnStoreFailure: "open"},
@@ -198,7 +148,7 @@ func TestMetricsStoreFailureLive(t *testing.T) {
 	if got := get("/closed"); got != 200 {
 		t.Fatalf("/closed with Redis: %d", got)
 	}
-	rd.kill()
+	rd.Kill()
 	// Redis dead, a new key (the old one's denial is remembered until its Retry-After:
 	// still denied, rightly): open falls back to its backstop — 2 admitted, then 429;
 	// closed answers 503.
@@ -242,11 +192,11 @@ func TestMetricsStoreFailureLive(t *testing.T) {
 // A global concurrency policy's units count in inflight{policy} wherever this edge
 // holds them: in Redis, and in the local backstop while Redis is down.
 func TestInflightGaugeGlobal(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	up, inflight := slowUpstream(t, 10*time.Second)
 	e := startEdge(t, func(c *config.Config) {
 		c.Upstream = up.URL
-		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 50 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 50 * time.Millisecond}
 		c.Policies = []config.Policy{{Name: "conc", Key: []string{"ip"}, Algorithm: "concurrency", Quota: 10, OnStoreFailure: "open"}}
 	})
 	c := clientFor(t, "h2")
@@ -270,19 +220,19 @@ func TestInflightGaugeGlobal(t *testing.T) {
 		return v
 	}
 	send(2)
-	waitFor(t, 5*time.Second, func() bool { return inflight.Load() == 2 })
+	testkit.WaitFor(t, 5*time.Second, "two requests in flight", func() bool { return inflight.Load() == 2 })
 	if v := gauge(); v != 2 {
 		t.Errorf("2 held in Redis: gauge %v", v)
 	}
-	rd.kill()
+	rd.Kill()
 	send(3) // decided by the local backstop
-	waitFor(t, 5*time.Second, func() bool { return inflight.Load() == 5 })
+	testkit.WaitFor(t, 5*time.Second, "five requests in flight", func() bool { return inflight.Load() == 5 })
 	if v := gauge(); v != 5 {
 		t.Errorf("2 held in Redis and 3 in the backstop: gauge %v", v)
 	}
 	cancel()
 	wg.Wait()
-	waitFor(t, 5*time.Second, func() bool { return gauge() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the inflight gauge back to 0", func() bool { return gauge() == 0 })
 }
 
 // chunks is a request body of n zero bytes, read at most size at a time, whose length
@@ -348,7 +298,7 @@ func (o *countingOrigin) Write(p []byte) (int, error) {
 
 // settled returns the bytes received once no request is in the origin's hands.
 func (o *countingOrigin) settled(t testing.TB) int64 {
-	waitFor(t, 5*time.Second, func() bool { return o.busy.Load() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the origin idle", func() bool { return o.busy.Load() == 0 })
 	return o.received.Load()
 }
 
@@ -356,12 +306,12 @@ func (o *countingOrigin) settled(t testing.TB) int64 {
 // two edges that share a Redis, are admitted for at most the quota in total.
 func TestContentBytesStreamedAcrossEdges(t *testing.T) {
 	const quota, upload = 25000, 10000
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	origin := startCountingOrigin(t)
 	mk := func() *testEdge {
 		return startEdge(t, func(c *config.Config) {
 			c.Upstream = origin.url
-			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Abuse.Rejections = 1000000
 			// fixed_window: no refill while the test runs, so the bound is exact.
@@ -400,12 +350,12 @@ func TestContentBytesStreamedAcrossEdges(t *testing.T) {
 // body off without charging Redis for the refused part, and the global one still
 // counts what every edge admitted.
 func TestContentBytesStreamedMixed(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	origin := startCountingOrigin(t)
 	mk := func(local bool) *testEdge {
 		return startEdge(t, func(c *config.Config) {
 			c.Upstream = origin.url
-			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Abuse.Rejections = 1000000
 			c.Policies = []config.Policy{{Name: "fleet", Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
@@ -436,11 +386,11 @@ func TestContentBytesStreamedMixed(t *testing.T) {
 // While Redis cannot decide, a streamed body follows its policy's on_store_failure
 // like the request does: closed cuts it off with 503, open charges the local backstop.
 func TestContentBytesStreamedStoreFailure(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	origin := startCountingOrigin(t)
 	e := startEdge(t, func(c *config.Config) {
 		c.Upstream = origin.url
-		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 		c.Abuse.Rejections = 1000000
 		pol := func(name, failure string) config.Policy {
 			return config.Policy{Name: name, Match: config.Match{PathPrefix: "/" + name}, Key: []string{"header:X-API-Key"}, Unit: "content-bytes",
@@ -477,8 +427,8 @@ func TestContentBytesStreamedStoreFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	// At the origin, hence admitted and charged in Redis: the request was decided there.
-	waitFor(t, 5*time.Second, func() bool { return origin.received.Load() == 1000 })
-	rd.kill()
+	testkit.WaitFor(t, 5*time.Second, "the origin to receive 1000 bytes", func() bool { return origin.received.Load() == 1000 })
+	rd.Kill()
 	go func() {
 		for range 20 {
 			if _, err := pw.Write(chunk); err != nil {
@@ -527,13 +477,13 @@ func scriptCalls(t testing.TB, rc *redis.Client) int64 {
 // trips, and for fixed_window still never more than the quota across the fleet.
 func TestContentBytesStreamedLease(t *testing.T) {
 	const quota = 100000
-	rd := startRedis(t)
-	rc := rd.client(t)
+	rd := testkit.StartRedis(t)
+	rc := redisClient(t, rd)
 	origin := startCountingOrigin(t)
 	mk := func() *testEdge {
 		return startEdge(t, func(c *config.Config) {
 			c.Upstream = origin.url
-			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 			c.Keys = &config.KeysConfig{Secret: "fleet-secret"}
 			c.Abuse.Rejections = 1000000
 			pol := func(name string, lease int64) config.Policy {

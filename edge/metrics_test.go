@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/quic-go/quic-go"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
@@ -238,7 +239,7 @@ func TestMetricsRefusals(t *testing.T) {
 
 	// TCP: the second connection from 127.0.0.1 is over max_connections (once the
 	// start-up probe's connection is gone).
-	waitFor(t, 5*time.Second, func() bool { return e.guard.Stats().Open == 0 })
+	testkit.WaitFor(t, 5*time.Second, "every QUIC connection slot released", func() bool { return e.guard.Stats().Open == 0 })
 	c1, c2 := clientFor(t, "h1"), clientFor(t, "h1")
 	resp, err := c1.Get(e.url + "/")
 	if err != nil {
@@ -311,7 +312,7 @@ func TestMetricsRefusals(t *testing.T) {
 		}
 	}
 	var m map[string]float64
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the datagrams counted as dropped", func() bool {
 		m = e.scrape(t)
 		return m[droppedBanned]-before+m[droppedKernel] >= sent
 	})
@@ -324,7 +325,7 @@ func TestMetricsRefusals(t *testing.T) {
 func (e *opsEdge) quicConnContext(t testing.TB) func(context.Context, *quic.ClientInfo) (context.Context, error) {
 	t.Helper()
 	var cc func(context.Context, *quic.ClientInfo) (context.Context, error)
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the QUIC transport", func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.quicTr != nil {

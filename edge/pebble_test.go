@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/h3edge/h3edge/bench/scenario"
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // pebbleCA is Debian's pebble, a test ACME CA, started by a test on free loopback
@@ -54,24 +54,7 @@ type pebbleOptions struct {
 // without them locally and failing it under CI=true (.ci/run installs them).
 func pebbleBinaries(t testing.TB) (string, string) {
 	t.Helper()
-	p, err1 := exec.LookPath("pebble")
-	c, err2 := exec.LookPath("pebble-challtestsrv")
-	if err1 != nil || err2 != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("pebble or pebble-challtestsrv is not installed; .ci/run installs Debian's pebble")
-		}
-		t.Skip("pebble not installed (apt-get install pebble)")
-	}
-	return p, c
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	p, err := scenario.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return testkit.Need(t, "pebble"), testkit.Need(t, "pebble-challtestsrv")
 }
 
 // newPebble writes pebble's configuration and API certificate and starts its DNS
@@ -82,12 +65,12 @@ func newPebble(t testing.TB) *pebbleCA {
 	p := &pebbleCA{t: t, dir: t.TempDir(), log: &syncBuffer{}}
 	p.apiCert = filepath.Join(p.dir, "pebble.pem")
 	writeSelfSigned(t, p.apiCert, filepath.Join(p.dir, "pebble.key"), []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}, true)
-	p.DirURL = fmt.Sprintf("https://127.0.0.1:%d/dir", freePort(t))
-	p.mgmt = fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	p.DirURL = fmt.Sprintf("https://127.0.0.1:%d/dir", testkit.Port(t))
+	p.mgmt = fmt.Sprintf("https://127.0.0.1:%d", testkit.Port(t))
 
-	dns := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dns := fmt.Sprintf("127.0.0.1:%d", testkit.Port(t))
 	cmd := exec.Command(chall, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "", "-dns01", dns,
-		"-http01", "", "-https01", "", "-tlsalpn01", "", "-management", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-management", fmt.Sprintf("127.0.0.1:%d", testkit.Port(t)))
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

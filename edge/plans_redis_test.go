@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 )
 
@@ -39,8 +39,8 @@ func (w *syncBuffer) String() string {
 // stay; an edge started while Redis is down gives default_plan until it can read the
 // hash. The raw keys never reach the log.
 func TestPlansFromRedisHash(t *testing.T) {
-	rd := startRedis(t)
-	rc := rd.client(t)
+	rd := testkit.StartRedis(t)
+	rc := redisClient(t, rd)
 	ctx := context.Background()
 	const hash = "h3edge:plans"
 	if err := rc.HSet(ctx, hash, "gold-key", "gold", "silver-key", "silver").Err(); err != nil {
@@ -49,7 +49,7 @@ func TestPlansFromRedisHash(t *testing.T) {
 	var logs syncBuffer
 	mk := func() *testEdge {
 		return startEdgeWith(t, func(c *config.Config) {
-			c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+			c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 			c.Keys = &config.KeysConfig{RedisHash: hash}
 			c.Abuse.Rejections = 1000000 // the free plan's 429s must not ban the test's address
 			c.Policies = []config.Policy{
@@ -74,13 +74,13 @@ func TestPlansFromRedisHash(t *testing.T) {
 	// The hash changes: the watcher picks it up by itself.
 	rc.HDel(ctx, hash, "gold-key")
 	rc.HSet(ctx, hash, "new-key", "gold")
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(policy(e, "new-key"), `"gold"`) })
+	testkit.WaitFor(t, 10*time.Second, "new-key's plan gold from the hash", func() bool { return strings.Contains(policy(e, "new-key"), `"gold"`) })
 	if f := policy(e, "gold-key"); !strings.Contains(f, `"free"`) {
 		t.Errorf("a key deleted from the hash got %q, want the default plan", f)
 	}
 
 	// Redis gone: reading fails, and the plans read last stay.
-	rd.kill()
+	rd.Kill()
 	if err := e.ReloadPlans(); err == nil {
 		t.Error("ReloadPlans with Redis dead: no error")
 	}
@@ -94,10 +94,9 @@ func TestPlansFromRedisHash(t *testing.T) {
 	if f := policy(e2, "new-key"); !strings.Contains(f, `"free"`) {
 		t.Errorf("edge started without Redis: new-key got %q, want the default plan", f)
 	}
-	bin, _ := exec.LookPath("redis-server")
-	rd.start(t, bin)
+	rd.Start()
 	rc.HSet(ctx, hash, "new-key", "gold")
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(policy(e2, "new-key"), `"gold"`) })
+	testkit.WaitFor(t, 10*time.Second, "new-key's plan gold once Redis answers", func() bool { return strings.Contains(policy(e2, "new-key"), `"gold"`) })
 
 	out := logs.String()
 	if !strings.Contains(out, "plans loaded from redis") {
@@ -111,12 +110,12 @@ func TestPlansFromRedisHash(t *testing.T) {
 }
 
 func TestPlansFromRedisHashInvalid(t *testing.T) {
-	rd := startRedis(t)
-	rc := rd.client(t)
+	rd := testkit.StartRedis(t)
+	rc := redisClient(t, rd)
 	ctx := context.Background()
 	rc.HSet(ctx, "plans", "good", "gold")
 	e := startEdge(t, func(c *config.Config) {
-		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 		c.Keys = &config.KeysConfig{RedisHash: "plans"}
 		c.Policies = []config.Policy{{Name: "gold", Match: config.Match{Plan: "gold"}, Key: []string{"bearer"}, Quota: 100, Window: time.Minute}}
 	})
@@ -147,15 +146,15 @@ func TestPlansFromRedisHashInvalid(t *testing.T) {
 
 // TestPlansRedisHashPaged: a hash too large for one HSCAN reply is read whole.
 func TestPlansRedisHashPaged(t *testing.T) {
-	rd := startRedis(t)
-	rc := rd.client(t)
+	rd := testkit.StartRedis(t)
+	rc := redisClient(t, rd)
 	ctx := context.Background()
 	const n = 2500 // past the listpack encoding (128 fields): HSCAN pages it
 	for i := range n {
 		rc.HSet(ctx, "plans", fmt.Sprint("key-", i), []string{"gold", "silver"}[i%2])
 	}
 	e := startEdge(t, func(c *config.Config) {
-		c.Redis = &config.RedisConfig{URL: rd.url, Timeout: 500 * time.Millisecond}
+		c.Redis = &config.RedisConfig{URL: rd.URL(), Timeout: 500 * time.Millisecond}
 		c.Keys = &config.KeysConfig{RedisHash: "plans"}
 	})
 	p := e.plans.Load()
@@ -171,7 +170,7 @@ func TestPlansRedisHashPaged(t *testing.T) {
 // Redis is down keeps the file's plans; once Redis answers, the watcher reads the hash
 // at its next tick, long before its 10 s period.
 func TestReloadToRedisHashWhileRedisDown(t *testing.T) {
-	rd := startRedis(t)
+	rd := testkit.StartRedis(t)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.yaml")
 	os.WriteFile(keys, []byte("gold-key: gold\n"), 0o644)
@@ -180,13 +179,13 @@ ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 
 redis: {url: %q, timeout: 500ms}
 policies:
   - {name: gold, match: {plan: gold}, key: [bearer], quota: 100, window: 1m, scope: local}
-`, rd.url)
+`, rd.URL())
 	e, file := startEdgeFile(t, base+fmt.Sprintf("keys: {file: %q}\n", keys))
 	key := func(k string) string { plan, _ := e.plans.Load().Plan(e.hasher.Credential(k)); return plan }
 	if key("gold-key") != "gold" {
 		t.Fatal("the keys file was not read")
 	}
-	rd.kill()
+	rd.Kill()
 	os.WriteFile(file, []byte(base+"keys: {redis_hash: plans}\n"), 0o644)
 	if err := e.reloadConfig(); err != nil {
 		t.Fatal(err)
@@ -194,13 +193,12 @@ policies:
 	if key("gold-key") != "gold" {
 		t.Error("a reload to an unreadable hash dropped the plans in force")
 	}
-	bin, _ := exec.LookPath("redis-server")
-	rd.start(t, bin)
-	rc := rd.client(t)
+	rd.Start()
+	rc := redisClient(t, rd)
 	if err := rc.HSet(context.Background(), "plans", "hash-key", "gold").Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 7*time.Second, func() bool { return key("hash-key") == "gold" })
+	testkit.WaitFor(t, 7*time.Second, "hash-key's plan gold once Redis answers", func() bool { return key("hash-key") == "gold" })
 	if key("gold-key") != "" {
 		t.Error("the file's keys outlived the switch to the hash")
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/limiter"
 )
@@ -229,7 +230,7 @@ func TestConcurrencyPolicy(t *testing.T) {
 			codes <- resp.StatusCode
 		})
 	}
-	waitFor(t, 5*time.Second, func() bool { return inflight.Load() == 3 })
+	testkit.WaitFor(t, 5*time.Second, "three requests in flight", func() bool { return inflight.Load() == 3 })
 	if v, ok := inflightGauge(t, e, "inflight"); !ok || v != 3 {
 		t.Errorf(`h3edge_inflight{policy="inflight"} = %v (present %v) with 3 in flight, want 3`, v, ok)
 	}
@@ -248,7 +249,7 @@ func TestConcurrencyPolicy(t *testing.T) {
 	// Cancelling the three frees their units; then a request is admitted again.
 	cancel()
 	wg.Wait()
-	waitFor(t, 5*time.Second, func() bool { return held(t, e, 0, 3) == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the concurrency units released", func() bool { return held(t, e, 0, 3) == 0 })
 	if v, ok := inflightGauge(t, e, "inflight"); !ok || v != 0 {
 		t.Errorf(`h3edge_inflight{policy="inflight"} = %v (present %v) after release, want 0`, v, ok)
 	}
@@ -289,7 +290,7 @@ func TestConcurrencyNeverLeaks(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	waitFor(t, 10*time.Second, func() bool { return held(t, e, 0, 100000) == 0 })
+	testkit.WaitFor(t, 10*time.Second, "the concurrency units released", func() bool { return held(t, e, 0, 100000) == 0 })
 	if v, ok := inflightGauge(t, e, "inflight"); !ok || v != 0 {
 		t.Errorf(`h3edge_inflight{policy="inflight"} = %v (present %v) after 1000 cancellations, want 0`, v, ok)
 	}

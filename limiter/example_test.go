@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"net/netip"
+
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -107,4 +109,16 @@ func ExampleNewPolicy() {
 	// Output:
 	// limiter: invalid policy "burst": burst must be between 0 and quota
 	// 10
+}
+
+// A SourcePrefix cuts client addresses into the sources that budgets and bans count.
+func ExampleSourcePrefix() {
+	sp := limiter.SourcePrefix{IPv4: 24, IPv6: 64}
+	for _, a := range []string{"192.0.2.77", "::ffff:192.0.2.9", "2001:db8::1"} {
+		fmt.Println(sp.Prefix(netip.MustParseAddr(a)))
+	}
+	// Output:
+	// 192.0.2.0/24
+	// 192.0.2.0/24
+	// 2001:db8::/64
 }

@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"sync"
 	"time"
+
+	"github.com/h3edge/h3edge/limiter/minheap"
 )
 
 // Config sizes a Local store.
@@ -78,14 +80,10 @@ type shard struct {
 	// become fresh has exactly one item, whose time is at most the entry's. Charging
 	// only moves an entry's time later, so charging never touches the queue; the item
 	// is corrected when it reaches the front. Concurrency entries are not queued.
-	queue []queued
+	// Keys are instants (ns, at most the entry's freshAt), values positions in entries.
+	queue minheap.Heap[int64, int32]
 	max   int
 	_     [64]byte // keep neighbouring shards' locks off one cache line
-}
-
-type queued struct {
-	at   int64 // ns; at most the entry's freshAt
-	slot int32
 }
 
 // pending is one request's progress through a batch.
@@ -183,7 +181,7 @@ func (s *Local) decideOne(now int64, r *Request, out []Decision) ([]Decision, bo
 			e.state = next
 		}
 		if added && p.kind != kindConcurrency {
-			sh.push(queued{at: p.freshAt(e), slot: slot})
+			sh.queue.Push(p.freshAt(e), slot)
 		}
 	}
 	sh.mu.Unlock()
@@ -259,7 +257,7 @@ func (s *Local) decideLocked(now int64, reqs []Request, ps []pending, out []Deci
 	for i := range ps {
 		if pd := &ps[i]; pd.added && reqs[i].Policy.kind != kindConcurrency {
 			sh := &s.shards[pd.shard]
-			sh.push(queued{at: reqs[i].Policy.freshAt(&sh.entries[pd.slot]), slot: pd.slot})
+			sh.queue.Push(reqs[i].Policy.freshAt(&sh.entries[pd.slot]), pd.slot)
 		}
 	}
 	return out, true, nil
@@ -428,15 +426,15 @@ const sweepBatch = 2
 // the time of items that were due but are not.
 func (sh *shard) sweep(now int64, keep func(int32) bool) {
 	for range sweepBatch {
-		if len(sh.queue) == 0 || sh.queue[0].at > now || keep(sh.queue[0].slot) {
+		if sh.queue.Len() == 0 || sh.queue.Items[0].Key > now || keep(sh.queue.Items[0].Value) {
 			return
 		}
-		it := sh.pop()
-		e := &sh.entries[it.slot]
+		it := sh.queue.Pop()
+		e := &sh.entries[it.Value]
 		if at := e.policy.freshAt(e); at > now {
-			sh.push(queued{at: at, slot: it.slot})
+			sh.queue.Push(at, it.Value)
 		} else {
-			sh.remove(it.slot)
+			sh.remove(it.Value)
 		}
 	}
 }
@@ -448,27 +446,27 @@ const evictTries = 64
 // evict removes the entry that becomes fresh soonest (if one is fresh already, that
 // one), other than those keep protects. It reports false if there is none.
 func (sh *shard) evict(now int64, keep func(int32) bool) bool {
-	var keptInline [batchInline]queued
+	var keptInline [batchInline]minheap.Item[int64, int32]
 	kept := keptInline[:0]
 	defer func() {
 		for _, it := range kept {
-			sh.push(it)
+			sh.queue.Push(it.Key, it.Value)
 		}
 	}()
-	for tries := 0; len(sh.queue) > 0; tries++ {
-		it := sh.pop()
-		if keep(it.slot) {
+	for tries := 0; sh.queue.Len() > 0; tries++ {
+		it := sh.queue.Pop()
+		if keep(it.Value) {
 			kept = append(kept, it)
 			continue
 		}
-		e := &sh.entries[it.slot]
+		e := &sh.entries[it.Value]
 		// The front item's time is a lower bound; if the entry's own time is later,
 		// requeue it and look again, since another entry may now be sooner.
-		if at := e.policy.freshAt(e); at > it.at && at > now && tries < evictTries {
-			sh.push(queued{at: at, slot: it.slot})
+		if at := e.policy.freshAt(e); at > it.Key && at > now && tries < evictTries {
+			sh.queue.Push(at, it.Value)
 			continue
 		}
-		sh.remove(it.slot)
+		sh.remove(it.Value)
 		return true
 	}
 	return false
@@ -480,42 +478,4 @@ func (sh *shard) remove(slot int32) {
 	sh.index.remove(entryHash(fold(&e.key), e.policy.id), slot)
 	*e = entry{}
 	sh.free = append(sh.free, slot)
-}
-
-// push and pop keep queue a binary min-heap ordered by at.
-func (sh *shard) push(it queued) {
-	q := append(sh.queue, it)
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if q[parent].at <= q[i].at {
-			break
-		}
-		q[parent], q[i] = q[i], q[parent]
-		i = parent
-	}
-	sh.queue = q
-}
-
-func (sh *shard) pop() queued {
-	q := sh.queue
-	top := q[0]
-	n := len(q) - 1
-	q[0] = q[n]
-	q = q[:n]
-	for i := 0; ; {
-		small, l, r := i, 2*i+1, 2*i+2
-		if l < n && q[l].at < q[small].at {
-			small = l
-		}
-		if r < n && q[r].at < q[small].at {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		q[i], q[small] = q[small], q[i]
-		i = small
-	}
-	sh.queue = q
-	return top
 }

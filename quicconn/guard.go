@@ -29,6 +29,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/bpf"
+
+	"github.com/h3edge/h3edge/limiter"
 )
 
 // Errors ConnContext and Admit return; quic-go answers any of them with
@@ -136,7 +138,7 @@ func (g *Guard) banned(a netip.Addr) bool {
 // Release gives it back.
 type Slot struct {
 	g    *Guard
-	key  srcKey
+	key  limiter.Source
 	addr netip.Addr
 	ctx  slotCtx // the context ConnContext returns; carries the Slot
 
@@ -347,11 +349,7 @@ func (g *Guard) Kick(p netip.Prefix) int {
 			}
 		}
 	}
-	srcBits := g.tab.bits6
-	if p.Addr().Is4() {
-		srcBits = g.tab.bits4
-	}
-	if p.Bits() >= srcBits {
+	if p.Bits() >= g.tab.sources.Bits(limiter.AddrSource(p.Addr())) {
 		// p lies within one source: one list to look at.
 		k := g.tab.key(p.Addr())
 		sh := g.tab.shard(k)
@@ -365,7 +363,7 @@ func (g *Guard) Kick(p netip.Prefix) int {
 			sh := &g.tab.shards[i]
 			sh.mu.Lock()
 			for k, head := range sh.conns {
-				if p.Contains(k.addr()) {
+				if p.Contains(k.Addr()) {
 					collect(head)
 				}
 			}

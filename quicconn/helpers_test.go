@@ -2,13 +2,8 @@ package quicconn
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"math/big"
 	"net"
 	"net/netip"
 	"sync"
@@ -18,6 +13,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/ipv4"
+
+	"github.com/h3edge/h3edge/certs"
 )
 
 const alpn = "quicconn-test"
@@ -29,21 +26,10 @@ var (
 
 func serverTLS(t testing.TB) *tls.Config {
 	certOnce.Do(func() {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+		var err error
+		if cert, err = certs.SelfSigned("localhost"); err != nil {
 			t.Fatal(err)
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(1),
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(time.Hour),
-			DNSNames:     []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	})
 	return &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{alpn}}
 }
@@ -216,18 +202,6 @@ func (c *countingConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 func isRefused(err error) bool {
 	var te *quic.TransportError
 	return errors.As(err, &te) && te.ErrorCode == quic.ConnectionRefused && te.Remote
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // banList is a Config.Banned backed by a set.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/ipv4"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // The tests below run real quic-go clients and servers on loopback, each client bound to
@@ -57,12 +59,12 @@ func TestMaxConnections(t *testing.T) {
 		t.Errorf("RefusedMaxConns = 0")
 	}
 	conns[0].CloseWithError(0, "")
-	waitFor(t, 2*time.Second, "slot released", func() bool { return srv.g.Stats().Open == 2 })
+	testkit.WaitFor(t, 2*time.Second, "slot released", func() bool { return srv.g.Stats().Open == 2 })
 	conns[0] = a.mustDial(t, srv.addr)
 	for _, c := range conns {
 		c.CloseWithError(0, "")
 	}
-	waitFor(t, 2*time.Second, "all slots released", func() bool { return srv.g.Stats().Open == 0 })
+	testkit.WaitFor(t, 2*time.Second, "all slots released", func() bool { return srv.g.Stats().Open == 0 })
 }
 
 // TestNoSlotLeak opens and ends 200 connections — closed by the client, failing the TLS
@@ -111,7 +113,7 @@ func TestNoSlotLeak(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("open right after the cycles: %d", srv.g.Stats().Open)
-	waitFor(t, 5*time.Second, "all slots released", func() bool { return srv.g.Stats().Open == 0 })
+	testkit.WaitFor(t, 5*time.Second, "all slots released", func() bool { return srv.g.Stats().Open == 0 })
 	t.Logf("%d closed, %d failed or abandoned; stats %+v", ok.Load(), failed.Load(), srv.g.Stats())
 }
 
@@ -177,7 +179,7 @@ func TestKick(t *testing.T) {
 	}
 	other := b.mustDial(t, srv.addr)
 	// Connections are tracked once the accept loop has them.
-	waitFor(t, time.Second, "connections tracked", func() bool {
+	testkit.WaitFor(t, time.Second, "connections tracked", func() bool {
 		return srv.tracked(a.addr) == 3 && srv.tracked(b.addr) == 1
 	})
 

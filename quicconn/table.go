@@ -1,26 +1,14 @@
 package quicconn
 
 import (
-	"encoding/binary"
 	"math"
 	"math/bits"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/h3edge/h3edge/limiter"
 )
-
-// srcKey is a source: its address masked to the configured prefix, in 16-byte form.
-// IPv4 keeps its IPv4-mapped form (::ffff:a.b.c.d), which no unmapped IPv6 source has,
-// so the two families never collide.
-type srcKey struct{ hi, lo uint64 }
-
-// addr returns the (masked) address the key stands for.
-func (k srcKey) addr() netip.Addr {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], k.hi)
-	binary.BigEndian.PutUint64(b[8:], k.lo)
-	return netip.AddrFrom16(b).Unmap()
-}
 
 // bucket is a token bucket kept as one instant per source (GCRA): the instant at which
 // the bucket is full again. With every = 1/rate and tau = (burst-1)·every, the bucket
@@ -88,9 +76,9 @@ const (
 type shard struct {
 	mu sync.Mutex
 	// entries maps sources to their state; len(entries) ≤ Guard.perShard.
-	entries map[srcKey]entry
+	entries map[limiter.Source]entry
 	// conns heads each source's list of open Slots (overflowed ones included).
-	conns map[srcKey]*Slot
+	conns map[limiter.Source]*Slot
 	// overflow is the state shared by new sources that find the shard full of
 	// informative entries: [0] for unvalidated addresses, [1] for validated ones (a
 	// spoofed flood cannot drain [1]). Its open count is not capped.
@@ -105,7 +93,7 @@ type shard struct {
 // lookup returns the entry of k, inserting a fresh one when there is room. When the
 // shard is full of informative entries it returns the overflow entry and tracked false.
 // The caller holds s.mu and writes a tracked entry back with s.entries[k] = e.
-func (s *shard) lookup(k srcKey, t int64, limit int, validated bool) (e entry, tracked bool) {
+func (s *shard) lookup(k limiter.Source, t int64, limit int, validated bool) (e entry, tracked bool) {
 	if e, ok := s.entries[k]; ok {
 		return e, true
 	}
@@ -125,7 +113,7 @@ func (s *shard) lookup(k srcKey, t int64, limit int, validated bool) (e entry, t
 }
 
 // store writes back what lookup returned.
-func (s *shard) store(k srcKey, e entry, tracked, validated bool) {
+func (s *shard) store(k limiter.Source, e entry, tracked, validated bool) {
 	switch {
 	case tracked:
 		s.entries[k] = e
@@ -182,9 +170,7 @@ type table struct {
 	shift    uint // 64 − log2(len(shards))
 	perShard int  // entries per shard; len(shards)·perShard ≤ MaxTracked
 
-	mask4          uint64 // applied to the low word of an IPv4 key
-	mask6hi, mask6 uint64 // applied to the words of an IPv6 key
-	bits4, bits6   int
+	sources limiter.SourcePrefix // how addresses are cut into sources
 }
 
 const maxShards = 256
@@ -198,38 +184,20 @@ func newTable(maxTracked, bits4, bits6 int) *table {
 		shards:   make([]shard, n),
 		shift:    uint(64 - bits.TrailingZeros(uint(n))),
 		perShard: maxTracked / n,
-		bits4:    bits4,
-		bits6:    bits6,
-	}
-	t.mask4 = 0xffffffff_00000000 | (0xffffffff<<(32-bits4))&0xffffffff
-	if bits6 >= 64 {
-		t.mask6hi, t.mask6 = math.MaxUint64, math.MaxUint64<<(128-bits6)
-	} else {
-		t.mask6hi = math.MaxUint64 << (64 - bits6)
+		sources:  limiter.SourcePrefix{IPv4: bits4, IPv6: bits6},
 	}
 	for i := range t.shards {
-		t.shards[i].entries = make(map[srcKey]entry)
-		t.shards[i].conns = make(map[srcKey]*Slot)
+		t.shards[i].entries = make(map[limiter.Source]entry)
+		t.shards[i].conns = make(map[limiter.Source]*Slot)
 		t.shards[i].overflow = [2]entry{freshEntry, freshEntry}
 	}
 	return t
 }
 
-// key masks a to its source prefix. The zero Addr is the source "::".
-func (t *table) key(a netip.Addr) srcKey {
-	a = a.Unmap()
-	b := a.As16()
-	k := srcKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
-	if a.Is4() {
-		k.lo &= t.mask4
-	} else {
-		k.hi &= t.mask6hi
-		k.lo &= t.mask6
-	}
-	return k
-}
+// key returns a's source. IPv4-mapped addresses count as IPv4; the zero Addr is the
+// source "::".
+func (t *table) key(a netip.Addr) limiter.Source { return t.sources.Source(a) }
 
-func (t *table) shard(k srcKey) *shard {
-	h := (k.hi ^ bits.RotateLeft64(k.lo, 29)) * 0x9e3779b97f4a7c15
-	return &t.shards[h>>t.shift]
+func (t *table) shard(k limiter.Source) *shard {
+	return &t.shards[k.Hash()>>t.shift]
 }

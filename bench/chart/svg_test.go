@@ -2,11 +2,11 @@ package chart
 
 import (
 	"bytes"
-	"encoding/xml"
-	"io"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 func TestChartSVG(t *testing.T) {
@@ -80,7 +80,7 @@ func TestChartSVG(t *testing.T) {
 			if err := tc.chart.WriteSVG(&b); err != nil {
 				t.Fatal(err)
 			}
-			checkXML(t, b.Bytes())
+			testkit.CheckSVG(t, b.Bytes())
 			s := b.String()
 			for _, w := range tc.want {
 				if !strings.Contains(s, w) {
@@ -104,27 +104,5 @@ func TestNiceStep(t *testing.T) {
 	}
 	if got := fmtTick(0.30000000000000004, 0.1); got != "0.3" {
 		t.Errorf("fmtTick = %q", got)
-	}
-}
-
-// checkXML fails the test unless b is well-formed XML whose root is an svg element.
-func checkXML(t *testing.T, b []byte) {
-	t.Helper()
-	d := xml.NewDecoder(bytes.NewReader(b))
-	root := ""
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, b)
-		}
-		if se, ok := tok.(xml.StartElement); ok && root == "" {
-			root = se.Name.Local
-		}
-	}
-	if root != "svg" {
-		t.Fatalf("root element %q, want svg", root)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/h3edge/h3edge/bench"
 	"github.com/h3edge/h3edge/bench/chart"
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/headers"
 )
 
@@ -580,7 +581,7 @@ func (e *env) startRedisNode(ctx context.Context, name string, port int, extra .
 		return nil, fmt.Errorf("bench: %s: %w", name, err)
 	}
 	if port == 0 {
-		if port, err = FreePort(); err != nil {
+		if port, err = testkit.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -618,7 +619,7 @@ func (e *env) startRedisCluster(ctx context.Context, prefix string) ([]*redisNod
 	var addrs []string
 	for i := range 3 {
 		name := fmt.Sprintf("%s-%d", prefix, i+1)
-		bus, err := FreePort()
+		bus, err := testkit.FreePort()
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/h3edge/h3edge/bench"
 	"github.com/h3edge/h3edge/bench/chart"
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 const claimBoundary = "across a window boundary fixed_window admits 2×Q within one window-length span (Q at the end of one window, Q at the start of the next), while sliding_window and token_bucket stay within their documented bounds: sliding, Q plus the previous window's excess over an even spread; token bucket, Q + Q·d/W in any span d"
@@ -81,7 +82,7 @@ func runBoundary(ctx context.Context, e *env) (*Report, error) {
 
 	// Start at a known phase of the epoch-aligned windows, so that the first window's
 	// quota is spent just before a boundary.
-	start := nextPhase(time.Now().Add(300*time.Millisecond), boundaryWindow, boundaryPhase)
+	start := testkit.NextPhase(time.Now().Add(300*time.Millisecond), boundaryWindow, boundaryPhase)
 	e.logf("starting at %s (%.0f%% into a %v window)", start.Format("15:04:05.000"), 100*boundaryPhase, boundaryWindow)
 	if !sleep(ctx, time.Until(start)) {
 		return nil, context.Cause(ctx)
@@ -177,17 +178,6 @@ func runBoundary(ctx context.Context, e *env) (*Report, error) {
 		Algorithms    []boundaryStats `json:"algorithms"`
 	}{boundaryQuota, boundaryWindow.Seconds(), boundaryRate, stats}
 	return rep, nil
-}
-
-// nextPhase returns the first instant at or after t that lies phase (0 to 1) of the way
-// into a window of length w aligned to the Unix epoch.
-func nextPhase(t time.Time, w time.Duration, phase float64) time.Time {
-	off := time.Duration(phase * float64(w))
-	at := windowStart(t, w).Add(off)
-	if at.Before(t) {
-		at = at.Add(w)
-	}
-	return at
 }
 
 // analyzeBoundary fills st from the admission instants of one algorithm, for a run from

@@ -11,9 +11,11 @@ import (
 
 func ExampleClaim() {
 	for _, name := range scenario.Names() {
-		_, waiting, _ := scenario.Claim(name)
-		fmt.Println(name, len(waiting) == 0)
+		claim, err := scenario.Claim(name)
+		fmt.Println(name, claim != "" && err == nil)
 	}
+	_, err := scenario.Claim("no-such-scenario")
+	fmt.Println(errors.Is(err, scenario.ErrUnknown))
 	// Output:
 	// baseline true
 	// noisy-neighbour true
@@ -22,11 +24,11 @@ func ExampleClaim() {
 	// accuracy true
 	// outage true
 	// drop-cost true
+	// true
 }
 
 func ExampleRun() {
-	// A name no scenario has is an error; so is a scenario that waits for what this
-	// build lacks (a *scenario.WaitingError; none does in this build).
+	// A name no scenario has is an error.
 	_, err := scenario.Run(context.Background(), "no-such-scenario", scenario.Options{Short: true})
 	fmt.Println(errors.Is(err, scenario.ErrUnknown))
 	// Output: true

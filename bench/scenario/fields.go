@@ -7,6 +7,7 @@ import (
 
 	"github.com/h3edge/h3edge/bench"
 	"github.com/h3edge/h3edge/bench/chart"
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 const claimFields = "clients that respect the RateLimit fields (-respect-limits) make h3edge build at most 10% of the 429s that clients ignoring them cause, for at least 80% of their successful throughput, and every response's fields parse and agree with what the clients saw"
@@ -71,7 +72,7 @@ func runFields(ctx context.Context, e *env) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !sleep(ctx, time.Until(nextPhase(time.Now().Add(50*time.Millisecond), fieldsWindow, 0.05))) {
+		if !sleep(ctx, time.Until(testkit.NextPhase(time.Now().Add(50*time.Millisecond), fieldsWindow, 0.05))) {
 			return nil, context.Cause(ctx)
 		}
 		cpu0, err := edge.cpu()

@@ -1,15 +1,15 @@
 package scenario
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -33,7 +33,7 @@ func TestParseProcStat(t *testing.T) {
 }
 
 func TestProcessCPUAndMemory(t *testing.T) {
-	need(t, "Linux (/proc)", runtime.GOOS == "linux")
+	testkit.Require(t, "Linux (/proc)", runtime.GOOS == "linux")
 	before, err := ProcessCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
@@ -70,26 +70,9 @@ func TestProcessCPUAndMemory(t *testing.T) {
 	}
 }
 
-func TestFreePort(t *testing.T) {
-	port, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl.Close()
-	ul, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ul.Close()
-}
-
 func TestStartProcessFailures(t *testing.T) {
 	_, err := exec.LookPath("sh")
-	need(t, "sh", err == nil)
+	testkit.Require(t, "sh", err == nil)
 	ctx := t.Context()
 	// Exits before it is ready: the error carries its output.
 	_, _, err = startProcess(ctx, "quitter", []string{"sh", "-c", "echo boom; exit 3"}, nil,
@@ -116,22 +99,5 @@ func TestStartProcessFailures(t *testing.T) {
 	p.stop()
 	if p.alive() == nil {
 		t.Error("alive after stop")
-	}
-}
-
-// TestFreePortDistinct: the ports FreePort hands out never repeat, so two servers of a
-// scenario (or one server's public and admin ports) cannot be given the same port. A
-// CI run once failed on exactly that: the kernel offered a port again after its probe.
-func TestFreePortDistinct(t *testing.T) {
-	seen := make(map[int]bool)
-	for range 300 {
-		p, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[p] {
-			t.Fatalf("port %d handed out twice", p)
-		}
-		seen[p] = true
 	}
 }

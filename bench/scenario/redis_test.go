@@ -1,11 +1,12 @@
 package scenario
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // The Redis scenarios in short mode, against real processes: h3edge (built from this
@@ -16,10 +17,8 @@ import (
 // report must have.
 func redisScenario(t *testing.T, name string) *Report {
 	t.Helper()
-	_, err := exec.LookPath("redis-server")
-	need(t, "redis-server", err == nil)
-	_, err = exec.LookPath("redis-cli")
-	need(t, "redis-cli", err == nil)
+	testkit.Need(t, "redis-server")
+	testkit.Need(t, "redis-cli")
 	return shortScenario(t, name)
 }
 

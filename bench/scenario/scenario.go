@@ -22,6 +22,7 @@ import (
 
 	"github.com/h3edge/h3edge/bench"
 	"github.com/h3edge/h3edge/bench/chart"
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // A scenario proves one claim of the README with one command: it starts what it needs
@@ -77,28 +78,14 @@ type Report struct {
 	Remeasured bool
 }
 
-// WaitingError is returned by Run for a scenario that needs something this
-// build does not have yet.
-type WaitingError struct {
-	Scenario string
-	For      []string
-}
-
-func (e *WaitingError) Error() string {
-	return fmt.Sprintf("scenario %s: waiting for: %s", e.Scenario, strings.Join(e.For, "; "))
-}
-
 // ErrUnknown is returned (wrapped) for a name no scenario has.
 var ErrUnknown = errors.New("bench: unknown scenario")
 
-// scenario is one entry of the registry. A scenario that cannot run yet has no run
-// function and says what it waits for; adding it means writing run and deleting
-// waitingFor.
+// scenario is one entry of the registry.
 type scenario struct {
-	name       string
-	claim      string
-	waitingFor []string
-	run        func(ctx context.Context, e *env) (*Report, error)
+	name  string
+	claim string
+	run   func(ctx context.Context, e *env) (*Report, error)
 }
 
 var scenarios = []scenario{
@@ -111,7 +98,7 @@ var scenarios = []scenario{
 	{name: "drop-cost", claim: claimDropCost, run: runDropCost},
 }
 
-// Names lists the scenarios, runnable or not, in the order of the README.
+// Names lists the scenarios in the order of the README.
 func Names() []string {
 	var names []string
 	for _, s := range scenarios {
@@ -120,30 +107,26 @@ func Names() []string {
 	return names
 }
 
-// Claim returns a scenario's claim and what it waits for (nil if it can run).
-func Claim(name string) (claim string, waitingFor []string, err error) {
+// Claim returns a scenario's claim, or an error wrapping ErrUnknown.
+func Claim(name string) (string, error) {
 	for _, s := range scenarios {
 		if s.name == name {
-			return s.claim, s.waitingFor, nil
+			return s.claim, nil
 		}
 	}
-	return "", nil, fmt.Errorf("%w %q (have %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	return "", fmt.Errorf("%w %q (have %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 }
 
-// Run runs the named scenario. It returns a *WaitingError for a scenario that
-// cannot run in this build, and another error when the scenario could not run at all
-// (no h3edge binary, a server that did not start). Otherwise the Report says whether
+// Run runs the named scenario. It returns an error when the scenario could not run at
+// all (an unknown name, no h3edge binary, a server that did not start). Otherwise the Report says whether
 // the claim held. Servers are stopped before it returns.
 func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == name })
 	if i < 0 {
-		_, _, err := Claim(name)
+		_, err := Claim(name)
 		return nil, err
 	}
 	sc := scenarios[i]
-	if sc.run == nil {
-		return nil, &WaitingError{Scenario: name, For: sc.waitingFor}
-	}
 	e := &env{opt: opt, log: opt.Log}
 	if e.log == nil {
 		e.log = io.Discard
@@ -261,11 +244,11 @@ func (e *env) startH3edge(ctx context.Context, name, config string) (*server, er
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	adminPort, err := FreePort()
+	adminPort, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +268,7 @@ func (e *env) startH3edge(ctx context.Context, name, config string) (*server, er
 
 // startBare starts the bare server on a free loopback port.
 func (e *env) startBare(ctx context.Context, name string) (*server, error) {
-	port, err := FreePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +305,7 @@ func (e *env) startRedis(ctx context.Context, name string) (*process, netip.Addr
 	if err != nil {
 		return nil, netip.AddrPort{}, fmt.Errorf("bench: %s: %w", name, err)
 	}
-	port, err := FreePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}

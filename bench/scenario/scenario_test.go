@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // The scenario tests run each implemented scenario in short mode against real
@@ -55,21 +55,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// inCI reports whether missing tools must fail the tests instead of skipping them.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-// need skips the test when a tool is missing, or fails it under CI=true.
-func need(t *testing.T, what string, ok bool) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if inCI() {
-		t.Fatalf("%s unavailable (CI=true: failing instead of skipping)", what)
-	}
-	t.Skipf("%s unavailable", what)
-}
-
 var (
 	buildOnce sync.Once
 	builtDir  string
@@ -84,7 +69,7 @@ func h3edgeForTests(t *testing.T) string {
 		return p
 	}
 	_, err := exec.LookPath("go")
-	need(t, "the go command (to build h3edge; or set $H3EDGE)", err == nil)
+	testkit.Require(t, "the go command (to build h3edge; or set $H3EDGE)", err == nil)
 	buildOnce.Do(func() {
 		builtDir, buildErr = os.MkdirTemp("", "h3bench-test-")
 		if buildErr == nil {
@@ -101,8 +86,8 @@ func h3edgeForTests(t *testing.T) string {
 
 // scenarioOptions are the short-mode options the tests run scenarios with.
 func scenarioOptions(t *testing.T) Options {
-	need(t, "Linux (/proc)", runtime.GOOS == "linux")
-	need(t, "taskset and two CPUs", pinning())
+	testkit.Require(t, "Linux (/proc)", runtime.GOOS == "linux")
+	testkit.Require(t, "taskset and two CPUs", pinning())
 	return Options{
 		Short:  true,
 		H3edge: h3edgeForTests(t),
@@ -279,7 +264,7 @@ func shortScenario(t *testing.T, name string) *Report {
 	if err := rep.Chart.WriteSVG(&svg); err != nil {
 		t.Fatal(err)
 	}
-	checkXML(t, svg.Bytes())
+	testkit.CheckSVG(t, svg.Bytes())
 	return rep
 }
 
@@ -375,7 +360,7 @@ func TestDropCost(t *testing.T) {
 	if err := rep.Chart.WriteSVG(&svg); err != nil {
 		t.Fatal(err)
 	}
-	checkXML(t, svg.Bytes())
+	testkit.CheckSVG(t, svg.Bytes())
 }
 
 func TestParseExposition(t *testing.T) {
@@ -470,11 +455,10 @@ func TestInitialToken(t *testing.T) {
 	}
 }
 
-func TestScenarioWaitingAndUnknown(t *testing.T) {
-	// Every scenario of DESIGN §3 runs in this build: none waits.
+func TestScenarioClaimsAndUnknown(t *testing.T) {
 	for _, name := range Names() {
-		if _, waiting, err := Claim(name); err != nil || len(waiting) > 0 {
-			t.Errorf("%s: waiting for %v, err %v", name, waiting, err)
+		if claim, err := Claim(name); err != nil || claim == "" {
+			t.Errorf("%s: claim %q, err %v", name, claim, err)
 		}
 	}
 	if _, err := Run(t.Context(), "nope", Options{}); !errors.Is(err, ErrUnknown) {
@@ -486,7 +470,7 @@ func TestScenarioWaitingAndUnknown(t *testing.T) {
 }
 
 func TestServeBare(t *testing.T) {
-	port, err := FreePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +574,7 @@ func readLine(r io.Reader) (string, error) {
 
 func TestRedisHelper(t *testing.T) {
 	_, err := exec.LookPath("redis-server")
-	need(t, "redis-server", err == nil)
+	testkit.Require(t, "redis-server", err == nil)
 	e := &env{opt: Options{NoPin: true}, log: tlog{t}, dir: t.TempDir()}
 	defer e.close()
 	p, addr, err := e.startRedis(t.Context(), "redis")
@@ -612,27 +596,5 @@ func TestRedisHelper(t *testing.T) {
 	}
 	if cpu, err := p.cpu(); err != nil || cpu < 0 {
 		t.Errorf("redis CPU %v, %v", cpu, err)
-	}
-}
-
-// checkXML fails the test unless b is well-formed XML whose root is an svg element.
-func checkXML(t *testing.T, b []byte) {
-	t.Helper()
-	d := xml.NewDecoder(bytes.NewReader(b))
-	root := ""
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, b)
-		}
-		if se, ok := tok.(xml.StartElement); ok && root == "" {
-			root = se.Name.Local
-		}
-	}
-	if root != "svg" {
-		t.Fatalf("root element %q, want svg", root)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,11 +17,10 @@ import (
 
 // Exit codes of h3bench scenario.
 const (
-	exitHolds   = 0
-	exitFails   = 1
-	exitUsage   = 2
-	exitWaiting = 3
-	exitNoRun   = 4
+	exitHolds = 0
+	exitFails = 1
+	exitUsage = 2
+	exitNoRun = 4 // 3 meant "waits for a feature this build lacks", which none does now
 )
 
 func runScenario(args []string, stdout, stderr io.Writer) int {
@@ -65,7 +63,7 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench scenario: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if _, _, err := scenario.Claim(name); err != nil {
+	if _, err := scenario.Claim(name); err != nil {
 		fmt.Fprintf(stderr, "h3bench scenario: %v\n", err)
 		return exitUsage
 	}
@@ -75,11 +73,6 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := scenario.Run(ctx, name, opt)
-	if we, ok := errors.AsType[*scenario.WaitingError](err); ok {
-		claim, _, _ := scenario.Claim(name)
-		fmt.Fprintf(stdout, "scenario %s\nclaim: %s\nwaiting for: %s\n", name, claim, strings.Join(we.For, "\nwaiting for: "))
-		return exitWaiting
-	}
 	if err != nil {
 		fmt.Fprintf(stderr, "h3bench scenario %s: %v\n", name, err)
 		return exitNoRun
@@ -117,12 +110,8 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 func listScenarios(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, name := range scenario.Names() {
-		claim, waiting, _ := scenario.Claim(name)
-		state := "runs"
-		if len(waiting) > 0 {
-			state = "waiting"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", name, state, claim)
+		claim, _ := scenario.Claim(name)
+		fmt.Fprintf(tw, "  %s\t%s\n", name, claim)
 	}
 	tw.Flush()
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // gcPercent is the GOGC h3edge runs with unless the environment sets one; the bare
-// baseline server uses the same (bench.UseEdgeGC).
+// baseline server uses the same (scenario.UseEdgeGC in bench/scenario).
 const gcPercent = 400
 
 // tuneGC sets the garbage collector for a proxy's heap, unless the operator has set it

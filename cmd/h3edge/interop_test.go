@@ -11,38 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // Interoperability with independent clients (../shared/notes/interop.md): ngtcp2's
 // gtlsclient for HTTP/3, nghttp2's h2load for HTTP/2 and HTTP/1.1, h2spec for HTTP/2
 // conformance.
-
-// tool returns the path of an external binary. A missing binary skips the test locally
-// and fails it under CI=true, where .ci/run must have installed it.
-func tool(t testing.TB, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if gobin := filepath.Join(goPath(), "bin", name); fileExists(gobin) {
-			return gobin
-		}
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not installed; .ci/run installs it", name)
-		}
-		t.Skipf("%s not installed (run .ci/run or make test to install it)", name)
-	}
-	return path
-}
-
-func goPath() string {
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // runTool runs a client with a deadline and returns its combined output.
 func runTool(t testing.TB, timeout time.Duration, name string, args ...string) string {
@@ -69,7 +44,7 @@ func tail(b []byte) string {
 }
 
 func TestGtlsclientHTTP3(t *testing.T) {
-	gtls := tool(t, "gtlsclient")
+	gtls := testkit.Need(t, "gtlsclient")
 	p := startProc(t, nil)
 	host, port, _ := strings.Cut(p.addr, ":")
 	out := runTool(t, 60*time.Second, gtls, "--exit-on-all-streams-close", "-n", "500",
@@ -96,7 +71,7 @@ func h2loadResult(t testing.TB, out string) (succeeded, failed, errored int) {
 }
 
 func TestH2load(t *testing.T) {
-	h2load := tool(t, "h2load")
+	h2load := testkit.Need(t, "h2load")
 	p := startProc(t, nil)
 	for _, tt := range []struct {
 		name string
@@ -143,7 +118,7 @@ var h2specKnown = map[string]bool{
 var h2specSummary = regexp.MustCompile(`(\d+) tests, (\d+) passed, (\d+) skipped, (\d+) failed`)
 
 func TestH2spec(t *testing.T) {
-	h2spec := tool(t, "h2spec")
+	h2spec := testkit.Need(t, "h2spec")
 	p := startProc(t, nil)
 	host, port, _ := strings.Cut(p.addr, ":")
 	report := filepath.Join(t.TempDir(), "h2spec.xml")
@@ -200,7 +175,7 @@ func failedCases(out string) []string {
 // TestChromiumHTTP3: a real browser reaches h3edge over HTTP/3 (forced QUIC, the
 // development certificate trusted by its SPKI pin, as README.md shows).
 func TestChromiumHTTP3(t *testing.T) {
-	chromium := tool(t, "chromium")
+	chromium := testkit.Need(t, "chromium")
 	p := startProc(t, nil)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

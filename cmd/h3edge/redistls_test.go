@@ -4,14 +4,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
-	"time"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // TestRedisTLS: two edges share one quota through a redis-server that speaks only TLS
@@ -19,7 +17,6 @@ import (
 // that does not trust it cannot decide (the closed policy answers 503), so the
 // certificate is verified, not skipped.
 func TestRedisTLS(t *testing.T) {
-	bin := tool(t, "redis-server")
 	dir := t.TempDir()
 	certFile, keyFile, der := writePair(t, dir, "127.0.0.1")
 	cert, err := x509.ParseCertificate(der)
@@ -28,39 +25,20 @@ func TestRedisTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	rd := testkit.StartRedisTLS(t, certFile, keyFile)
+	// Up, and trusted through the pool the edges will be given.
+	probe, err := tls.Dial("tcp", rd.Addr(), &tls.Config{RootCAs: pool})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("redis-server's TLS port with its own certificate as root: %v", err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	rd := exec.Command(bin, "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	if err := rd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rd.Process.Kill(); rd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server with TLS did not come up: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	probe.Close()
 
 	cfg := filepath.Join(dir, "h3edge.yaml")
-	os.WriteFile(cfg, []byte(roomyIP+fmt.Sprintf(`redis: {url: "rediss://127.0.0.1:%d/0", timeout: 500ms}
+	os.WriteFile(cfg, []byte(roomyIP+fmt.Sprintf(`redis: {url: "%s", timeout: 500ms}
 keys: {secret: redis-tls-test-secret}
 policies:
   - {name: shared, key: ["header:X-API-Key"], quota: 6, window: 1m, on_store_failure: closed}
-`, port)), 0o644)
+`, rd.URL())), 0o644)
 	trust := []string{"SSL_CERT_FILE=" + certFile}
 	a, b := startProc(t, trust, "-config", cfg), startProc(t, trust, "-config", cfg)
 	c := client(t, "h2")

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+
+	"github.com/h3edge/h3edge/limiter/minheap"
 )
 
 // The sketch behind Top: each of its two streams is tracked by a Space-Saving sketch
@@ -99,23 +101,25 @@ func (t *sketch[K]) top(n int) []hitter[K] {
 // count, indexed by an open-addressing table of fixed size. Nothing grows after init.
 type ssShard[K comparable] struct {
 	mu sync.Mutex
-	// heap holds the counters, the smallest count at 0; len ≤ cap, fixed at init.
-	heap []ssCounter[K]
+	// heap holds the counters by count, the smallest at 0; len ≤ cap, fixed at init.
+	heap minheap.Heap[uint64, ssCounter[K]]
 	// slots index the heap by key hash: linear probing, 0 empty, else heap position+1.
 	slots []int32
 	mask  uint64
 }
 
+// ssCounter is a counter but for its count, the heap's key.
 type ssCounter[K comparable] struct {
-	key        K
-	hash       uint64
-	count, err uint64
-	slot       int32 // where in slots this counter is indexed
+	key  K
+	hash uint64
+	err  uint64
+	slot int32 // where in slots this counter is indexed
 }
 
 // init sizes the shard for capacity counters; nothing is allocated after it.
 func (s *ssShard[K]) init(capacity int) {
-	s.heap = make([]ssCounter[K], 0, capacity)
+	s.heap.Items = make([]minheap.Item[uint64, ssCounter[K]], 0, capacity)
+	s.heap.Moved = func(c *minheap.Item[uint64, ssCounter[K]], i int) { s.slots[c.Value.slot] = int32(i + 1) }
 	n := 1 << bits.Len(uint(2*capacity-1)) // load factor at most 1/2
 	s.slots = make([]int32, n)
 	s.mask = uint64(n - 1)
@@ -130,33 +134,30 @@ func (s *ssShard[K]) observe(k K, h uint64, w uint64) {
 		if p == 0 {
 			break
 		}
-		if c := &s.heap[p-1]; c.hash == h && c.key == k {
-			c.count += w
-			s.down(int(p - 1))
+		if c := &s.heap.Items[p-1]; c.Value.hash == h && c.Value.key == k {
+			c.Key += w
+			s.heap.Fix(int(p - 1))
 			s.mu.Unlock()
 			return
 		}
 		i = (i + 1) & s.mask
 	}
-	if len(s.heap) < cap(s.heap) {
+	if s.heap.Len() < cap(s.heap.Items) {
 		// Not tracked and there is room: a new counter, exact.
-		n := len(s.heap)
-		s.heap = append(s.heap, ssCounter[K]{key: k, hash: h, count: w, slot: int32(i)})
-		s.slots[i] = int32(n + 1)
-		s.up(n)
+		s.heap.Push(w, ssCounter[K]{key: k, hash: h, slot: int32(i)})
 		s.mu.Unlock()
 		return
 	}
 	// Not tracked and full: k takes over the smallest counter.
-	old := s.heap[0]
-	s.unindex(old.slot)
+	old := s.heap.Items[0]
+	s.unindex(old.Value.slot)
 	i = h & s.mask // unindex may have shifted entries into the probe sequence
 	for s.slots[i] != 0 {
 		i = (i + 1) & s.mask
 	}
-	s.heap[0] = ssCounter[K]{key: k, hash: h, count: old.count + w, err: old.count, slot: int32(i)}
+	s.heap.Items[0] = minheap.Item[uint64, ssCounter[K]]{Key: old.Key + w, Value: ssCounter[K]{key: k, hash: h, err: old.Key, slot: int32(i)}}
 	s.slots[i] = 1
-	s.down(0)
+	s.heap.Fix(0)
 	s.mu.Unlock()
 }
 
@@ -173,11 +174,12 @@ func (s *ssShard[K]) unindex(i int32) {
 			if p == 0 {
 				return
 			}
-			home := s.heap[p-1].hash & s.mask
+			c := &s.heap.Items[p-1].Value
+			home := c.hash & s.mask
 			// The entry at k may move to j unless its home lies cyclically in (j, k].
 			if (j < k && (home <= j || home > k)) || (j > k && home <= j && home > k) {
 				s.slots[j] = p
-				s.heap[p-1].slot = int32(j)
+				c.slot = int32(j)
 				j = k
 				break
 			}
@@ -185,56 +187,13 @@ func (s *ssShard[K]) unindex(i int32) {
 	}
 }
 
-// less orders the heap by count.
-func (s *ssShard[K]) less(a, b int) bool { return s.heap[a].count < s.heap[b].count }
-
-// swap exchanges two counters and re-points their index slots.
-func (s *ssShard[K]) swap(a, b int) {
-	h := s.heap
-	h[a], h[b] = h[b], h[a]
-	s.slots[h[a].slot] = int32(a + 1)
-	s.slots[h[b].slot] = int32(b + 1)
-}
-
-// up restores the heap order after counter i got smaller than its parent.
-func (s *ssShard[K]) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			return
-		}
-		s.swap(i, p)
-		i = p
-	}
-}
-
-// down restores the heap order after counter i grew.
-func (s *ssShard[K]) down(i int) {
-	n := len(s.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && s.less(r, l) {
-			m = r
-		}
-		if !s.less(m, i) {
-			return
-		}
-		s.swap(i, m)
-		i = m
-	}
-}
-
 // decay halves the counts. Halving keeps the heap order (a ≤ b ⇒ a/2 ≤ b/2).
 func (s *ssShard[K]) decay() {
 	s.mu.Lock()
-	for i := range s.heap {
-		c := &s.heap[i]
-		c.count /= 2
-		c.err /= 2
+	for i := range s.heap.Items {
+		c := &s.heap.Items[i]
+		c.Key /= 2
+		c.Value.err /= 2
 	}
 	s.mu.Unlock()
 }
@@ -242,9 +201,9 @@ func (s *ssShard[K]) decay() {
 // appendTo appends the shard's counters with a count to out.
 func (s *ssShard[K]) appendTo(out []hitter[K]) []hitter[K] {
 	s.mu.Lock()
-	for _, c := range s.heap {
-		if c.count > 0 {
-			out = append(out, hitter[K]{Key: c.key, Count: c.count, Err: c.err})
+	for _, c := range s.heap.Items {
+		if c.Key > 0 {
+			out = append(out, hitter[K]{Key: c.Value.key, Count: c.Key, Err: c.Value.err})
 		}
 	}
 	s.mu.Unlock()

@@ -91,10 +91,11 @@ func checkShard[K comparable](t *testing.T, s *ssShard[K]) {
 			used++
 		}
 	}
-	if used != len(s.heap) {
-		t.Errorf("%d slots used for %d counters", used, len(s.heap))
+	if used != s.heap.Len() {
+		t.Errorf("%d slots used for %d counters", used, s.heap.Len())
 	}
-	for i, c := range s.heap {
+	for i, it := range s.heap.Items {
+		c := it.Value
 		if s.slots[c.slot] != int32(i+1) {
 			t.Errorf("counter %d: slot %d holds %d", i, c.slot, s.slots[c.slot])
 		}
@@ -105,7 +106,7 @@ func checkShard[K comparable](t *testing.T, s *ssShard[K]) {
 				break
 			}
 		}
-		if i > 0 && s.heap[(i-1)/2].count > c.count {
+		if i > 0 && s.heap.Items[(i-1)/2].Key > it.Key {
 			t.Errorf("heap order broken at %d", i)
 		}
 	}

@@ -23,7 +23,7 @@ import (
 var updateGolden = flag.Bool("update", false, "rewrite testdata/config/*.golden")
 
 // TestConfigGolden renders each testdata/config/*.yaml as its effective configuration
-// (Parse, ApplyDefaults) with its problems (Validate's, not-yet-supported keys aside)
+// (Parse, ApplyDefaults) with Validate's problems
 // and compares the result with the .golden file beside it. -update rewrites them.
 func TestConfigGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/config/*.yaml")
@@ -67,13 +67,13 @@ func effective(t *testing.T, file string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s after Parse and ApplyDefaults; go test ./edge/config -run TestConfigGolden -update\n", name)
 	b.WriteString("# rewrites this file.\n")
-	if err := c.report(c.problems()); err != nil {
-		b.WriteString("# problems (not-yet-supported keys aside):\n")
+	if err := c.Validate(); err != nil {
+		b.WriteString("# problems:\n")
 		for line := range strings.Lines(err.Error()) {
 			b.WriteString("#   " + strings.TrimSuffix(line, "\n") + "\n")
 		}
 	} else {
-		b.WriteString("# problems (not-yet-supported keys aside): none\n")
+		b.WriteString("# problems: none\n")
 	}
 	fmt.Fprintf(&b, "# AltSvcValue: %s\n# TrustedProxyPrefixes: %v\n", c.AltSvcValue(), c.TrustedProxyPrefixes())
 	out := marshal(t, c)
@@ -552,8 +552,7 @@ var validationCases = []validationCase{
 	{"log_format", "log_format: yaml", []string{`log_format: unknown log format "yaml"; use one of text, json`}},
 }
 
-// TestConfigValidate runs validationCases, not-yet-supported keys aside (see
-// TestConfigUnsupported).
+// TestConfigValidate runs validationCases.
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range validationCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -583,77 +582,6 @@ func TestConfigValidate(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestConfigUnsupported: a key of notYet is refused when present, at its place, and
-// when a flag sets it; its default is fine.
-func TestConfigUnsupported(t *testing.T) {
-	// full.yaml sets every key: each of notYet is refused, and nothing else.
-	c, err := Load("testdata/config/full.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.ApplyDefaults()
-	keys := slices.Clone(notYet)
-	slices.SortFunc(keys, func(a, b string) int { return c.pos[a].line - c.pos[b].line })
-	var want []string
-	for _, key := range keys {
-		at := c.pos[key]
-		want = append(want, fmt.Sprintf(`testdata/config/full.yaml:%d:%d: %s: not supported yet in this build (see README, "Status")`, at.line, at.col, key))
-	}
-	if got := lines(c.Validate()); !slices.Equal(got, want) {
-		t.Errorf("Validate:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-
-	// The mechanism, on a list of its own.
-	defer func(keep []string) { notYet = keep }(notYet)
-	notYet = []string{"redis", "admin", "legacy_headers"}
-	for _, tc := range []struct {
-		name, yaml string
-		flags      func(*Config)
-		want       []string
-	}{
-		{"present", "listen: \":1\"\nredis: {url: redis://a:6379}\nadmin:\n  listen: off\n", nil, []string{
-			`t.yaml:2:1: redis: not supported yet in this build (see README, "Status")`,
-			`t.yaml:3:1: admin: not supported yet in this build (see README, "Status")`}},
-		{"present, empty", "redis:\nlegacy_headers: false\n", nil, []string{
-			`t.yaml:1:1: redis: not supported yet in this build (see README, "Status")`,
-			`t.yaml:2:17: legacy_headers: not supported yet in this build (see README, "Status")`}},
-		{"present as the default", "admin: {listen: 127.0.0.1:9090}\n", nil, []string{
-			`t.yaml:1:1: admin: not supported yet in this build (see README, "Status")`}},
-		{"absent", "listen: \":1\"\n", nil, nil},
-		{"set by a flag", "listen: \":1\"\n", func(c *Config) {
-			c.Redis = &RedisConfig{URL: "redis://a:6379"}
-			c.Admin.Listen = "127.0.0.1:9191"
-		}, []string{
-			`redis: not supported yet in this build (see README, "Status")`,
-			`admin: not supported yet in this build (see README, "Status")`}},
-		{"flag sets the default", "", func(c *Config) { c.Admin.Listen = "127.0.0.1:9090" }, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse("t.yaml", []byte(tc.yaml))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.flags != nil {
-				tc.flags(c)
-			}
-			c.ApplyDefaults()
-			if got := lines(c.Validate()); !slices.Equal(got, tc.want) {
-				t.Errorf("Validate:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
-	}
-}
-
-// TestConfigNotYetKeys: every entry of notYet is a top-level key.
-func TestConfigNotYetKeys(t *testing.T) {
-	names, _ := yamlFields(reflect.TypeFor[Config]())
-	for _, key := range notYet {
-		if !slices.Contains(names, key) {
-			t.Errorf("notYet lists %q, which is no top-level key of Config", key)
-		}
 	}
 }
 

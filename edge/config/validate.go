@@ -164,36 +164,13 @@ func clip(s string) string {
 	return s[:i] + "..."
 }
 
-// notYet lists the top-level keys whose behaviour this build does not have yet. Each
-// is refused when set, in the file or by a flag, so that a configuration never silently
-// means less than it says; defaults are fine. Delete a key's line when its behaviour
-// lands.
-var notYet = []string{}
-
-// unsupported reports the keys of notYet that are set: present in the file, or neither
-// zero nor the default.
-func (c *Config) unsupported() []FieldError {
-	cv, dv := reflect.ValueOf(c).Elem(), reflect.ValueOf(Default()).Elem()
-	_, index := yamlFields(cv.Type())
-	var errs []FieldError
-	for _, key := range notYet {
-		_, inFile := c.pos[key]
-		v, d := cv.Field(index[key]), dv.Field(index[key])
-		if inFile || !v.IsZero() && !reflect.DeepEqual(v.Interface(), d.Interface()) {
-			errs = append(errs, FieldError{Path: key, Problem: `not supported yet in this build (see README, "Status")`})
-		}
-	}
-	return errs
-}
-
 // Validate reports every problem of the configuration at once, as a ValidationError:
-// Parse's decode problems again, each value out of range or inconsistent with another,
-// and the keys this build does not support yet; the first 50 in file order, and a last
-// line that counts the others. Call it after ApplyDefaults: it checks the values as they
+// Parse's decode problems again and each value out of range or inconsistent with
+// another; the first 50 in file order, and a last line that counts the others. Call it after ApplyDefaults: it checks the values as they
 // are, and a zero that has a default is not valid. Validate reads no file: see
 // ValidateFiles.
 func (c *Config) Validate() error {
-	return c.report(c.problems(), c.unsupported())
+	return c.report(c.problems())
 }
 
 // ValidateFiles reads the files the configuration names for their content,
@@ -217,12 +194,9 @@ func (c *Config) ValidateFiles() error {
 	return err
 }
 
-// report returns Parse's decode problems, those of k and the given ones, placed in
+// report returns Parse's decode problems and those of k, placed in
 // the file and sorted, as a ValidationError; nil if there are none.
-func (c *Config) report(k checker, more ...[]FieldError) error {
-	for _, e := range slices.Concat(more...) {
-		k.addError(e)
-	}
+func (c *Config) report(k checker) error {
 	l := c.decodeErrs.clone()
 	for _, e := range k.list.errs {
 		l.add(e)

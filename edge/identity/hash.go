@@ -58,16 +58,6 @@ func (h Hasher) Prefix(p netip.Prefix) limiter.Key {
 	return k
 }
 
-// SourcePrefix aggregates a client address: IPv4 per v4 bits, IPv6 per v6 bits.
-func SourcePrefix(a netip.Addr, v4, v6 int) netip.Prefix {
-	bits := v6
-	if a.Is4() {
-		bits = v4
-	}
-	p, _ := a.Prefix(bits)
-	return p
-}
-
 // KeySecret returns the configured key-hash secret, or one generated once and cached in
 // dir/key-secret. Every edge of a fleet sharing Redis must use the same secret (set
 // keys.secret), or their keys for one client differ.

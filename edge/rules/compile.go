@@ -45,8 +45,7 @@ func Compile(cfg *config.Config, prev *Set) (*Set, error) {
 		leases:      map[*limiter.Policy]int64{},
 		DefaultPlan: cfg.Keys.DefaultPlan,
 		Legacy:      cfg.LegacyHeaders,
-		v4:          cfg.IP.IPv4Prefix,
-		v6:          cfg.IP.IPv6Prefix,
+		sources:     limiter.SourcePrefix{IPv4: cfg.IP.IPv4Prefix, IPv6: cfg.IP.IPv6Prefix},
 		Trusted:     cfg.TrustedProxyPrefixes(),
 	}
 	chains := chainIndex{set: s, index: map[string]int{}, seen: map[identity.Source]bool{}}

@@ -77,7 +77,7 @@ type Set struct {
 	// Trusted are the proxies whose forwarded fields are believed (trusted_proxies).
 	Trusted []netip.Prefix
 
-	v4, v6 int
+	sources limiter.SourcePrefix // ip.ipv4_prefix, ip.ipv6_prefix
 	// leases maps global policies to their lease option, for the Redis store.
 	leases map[*limiter.Policy]int64
 	// policyFields caches the RateLimit-Policy value per set of matched enforced rules
@@ -164,7 +164,7 @@ func (s *Set) Lease(p *limiter.Policy) int64 { return s.leases[p] }
 
 // SourcePrefix is the prefix a client address is counted by (ip.ipv4_prefix,
 // ip.ipv6_prefix).
-func (s *Set) SourcePrefix(a netip.Addr) netip.Prefix { return identity.SourcePrefix(a, s.v4, s.v6) }
+func (s *Set) SourcePrefix(a netip.Addr) netip.Prefix { return s.sources.Prefix(a) }
 
 // PolicyField returns the RateLimit-Policy field value for the enforced rules in mask.
 func (s *Set) PolicyField(mask uint64) []string {

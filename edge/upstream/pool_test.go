@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // origin is a real HTTP/1.1 server on loopback that names itself in X-Origin and
@@ -335,9 +337,9 @@ func TestActiveHealth(t *testing.T) {
 	})
 	url := front(t, p)
 	state := func() string { return p.Stats().Targets[0].State }
-	waitFor(t, 2*time.Second, "target a healthy", func() bool { return state() == "healthy" })
+	testkit.WaitFor(t, 2*time.Second, "target a healthy", func() bool { return state() == "healthy" })
 	a.health.Store(500)
-	waitFor(t, 2*time.Second, "target a ejected by its checks", func() bool { return state() == "ejected" })
+	testkit.WaitFor(t, 2*time.Second, "target a ejected by its checks", func() bool { return state() == "ejected" })
 	before := a.hits.Load()
 	for range 20 {
 		if o, _ := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); o != "b" {
@@ -348,7 +350,7 @@ func TestActiveHealth(t *testing.T) {
 		t.Fatal("a was sent requests while out")
 	}
 	a.health.Store(0)
-	waitFor(t, 2*time.Second, "target a back", func() bool { return state() == "healthy" })
+	testkit.WaitFor(t, 2*time.Second, "target a back", func() bool { return state() == "healthy" })
 }
 
 // TestLeastRequests: a slow target holding requests gets fewer new ones.
@@ -361,7 +363,7 @@ func TestLeastRequests(t *testing.T) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	// Park a request on slow; with two targets both are always the two choices, so
 	// every later request must go to fast, which holds none.
-	waitFor(t, 5*time.Second, "a request parked on slow", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a request parked on slow", func() bool {
 		go func() {
 			if resp, err := c.Get(url + "/"); err == nil {
 				resp.Body.Close()
@@ -376,17 +378,6 @@ func TestLeastRequests(t *testing.T) {
 	// (A request the loop above launched last may land on fast too.)
 	if got := fast.hits.Load() - fastBefore; got < 50 {
 		t.Errorf("fast got %d of 50 while slow held requests, want all", got)
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

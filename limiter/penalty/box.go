@@ -2,7 +2,6 @@ package penalty
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/h3edge/h3edge/limiter"
 )
 
 var (
@@ -145,7 +146,7 @@ func New(cfg Config) (*Box, error) {
 		if i < cfg.MaxTracked%n {
 			sh.max++
 		}
-		sh.index = make(map[addrKey]int32)
+		sh.index = make(map[limiter.Source]int32)
 		sh.limit, sh.sub = uint64(cfg.Rejections), int64(cfg.Within/subWindows)
 	}
 	p.clock.Store(p.now().UnixNano())
@@ -200,10 +201,9 @@ func (p *Box) bannedAt(a netip.Addr, t int64) bool {
 		if m == 0 {
 			return false
 		}
-		b := a.As4()
-		lo := uint64(binary.BigEndian.Uint32(b[:]))
+		s := limiter.AddrSource(a)
 		for ; m != 0; m &= m - 1 {
-			if p.find(key4(lo, bits.TrailingZeros64(m)), t) {
+			if p.find(keyOf(s, bits.TrailingZeros64(m)), t) {
 				return true
 			}
 		}
@@ -213,27 +213,15 @@ func (p *Box) bannedAt(a netip.Addr, t int64) bool {
 	if m6 == [3]uint64{} || !a.IsValid() {
 		return false
 	}
-	hi, lo := words6(a)
+	s := limiter.AddrSource(a)
 	for w := range m6 {
 		for m := m6[w]; m != 0; m &= m - 1 {
-			if p.find(key6(hi, lo, w*64+bits.TrailingZeros64(m)), t) {
+			if p.find(keyOf(s, w*64+bits.TrailingZeros64(m)), t) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// words6 returns the IPv6 address a as two big-endian words. It goes through
-// AppendBinary: As16 makes the compiler copy the array with a 16-byte load that stalls
-// on the two 8-byte stores just made, which doubled the cost of Banned.
-func words6(a netip.Addr) (hi, lo uint64) {
-	var buf [16]byte
-	b, _ := a.WithZone("").AppendBinary(buf[:0])
-	if len(b) != 16 {
-		return 0, 0
-	}
-	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
 }
 
 // find reports whether k is banned beyond t in the published tables.
@@ -261,13 +249,13 @@ func (p *Box) Reject(addr netip.Addr, now time.Time) (banned bool) {
 		return true
 	}
 	k := p.source(a)
-	sh := &p.counters[k.addrKey.hash()>>p.ctrShift]
+	sh := &p.counters[k.src.Hash()>>p.ctrShift]
 	sh.mu.Lock()
 	sub := floorDiv(t, sh.sub)
 	sh.rejections++
-	i, ok := sh.index[k.addrKey]
+	i, ok := sh.index[k.src]
 	if !ok {
-		i = sh.add(k.addrKey, sub)
+		i = sh.add(k.src, sub)
 	}
 	n := sh.entries[i].hit(sub)
 	over := n > sh.limit
@@ -431,12 +419,8 @@ func (p *Box) Stats() Stats {
 	return st
 }
 
-// source returns addr's source key: the unmapped address masked to the source prefix.
+// source returns addr's source key: the unmapped address cut to the source prefix.
 func (p *Box) source(a netip.Addr) boxKey {
-	b := a.As16()
-	hi, lo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
-	if a.Is4() {
-		return key4(lo, p.cfg.IPv4Prefix)
-	}
-	return key6(hi, lo, p.cfg.IPv6Prefix)
+	s := limiter.AddrSource(a)
+	return keyOf(s, limiter.SourcePrefix{IPv4: p.cfg.IPv4Prefix, IPv6: p.cfg.IPv6Prefix}.Bits(s))
 }

@@ -3,6 +3,8 @@ package penalty
 import (
 	"math"
 	"sync"
+
+	"github.com/h3edge/h3edge/limiter"
 )
 
 const (
@@ -17,7 +19,7 @@ const (
 // rejectShard is one independently locked part of the rejection counts.
 type rejectShard struct {
 	mu      sync.Mutex
-	index   map[addrKey]int32 // source → position in entries
+	index   map[limiter.Source]int32 // source → position in entries
 	entries []rejectCount
 	hand    int // where the next sweep or eviction looks
 	max     int
@@ -34,7 +36,7 @@ type rejectShard struct {
 
 // rejectCount is a source's rejections in the last subWindows sub-windows.
 type rejectCount struct {
-	key  addrKey
+	key  limiter.Source
 	last int64 // the sub-window of the latest rejection
 	n    [subWindows]uint32
 }
@@ -93,7 +95,7 @@ func (c *rejectCount) live(sub int64) uint64 {
 // add stores a new source with no rejections and returns its position. Once the
 // shard is half full it first drops a few entries without recent rejections, and when
 // it is full it evicts one.
-func (sh *rejectShard) add(k addrKey, sub int64) int32 {
+func (sh *rejectShard) add(k limiter.Source, sub int64) int32 {
 	if 2*len(sh.entries) >= sh.max {
 		for range min(sweepScan, len(sh.entries)) {
 			if sh.hand >= len(sh.entries) {

@@ -9,7 +9,8 @@
 // ([Box.Add], the admin API) and from other edges ([Box.Apply]). [Config] holds the
 // thresholds of DESIGN.md §4 (abuse:, and the prefix lengths and bound of ip:).
 //
-// The package imports only the standard library. Sharing bans between edges is
+// The package imports the standard library and, of the module, limiter (the Source
+// it counts and bans by) and limiter/minheap (its queues). Sharing bans between edges is
 // limiter/redisstore's BanBus; closing a banned source's connections is the edge's,
 // done in [Config.OnBan].
 package penalty

@@ -586,7 +586,7 @@ func TestEviction(t *testing.T) {
 		count := func(a string) uint64 {
 			sh := &p.counters[0]
 			k := p.source(ip(a))
-			if i, ok := sh.index[k.addrKey]; ok {
+			if i, ok := sh.index[k.src]; ok {
 				return sh.entries[i].live(floorDiv(t0.UnixNano(), sh.sub) + 9)
 			}
 			return 0
@@ -600,7 +600,7 @@ func TestEviction(t *testing.T) {
 			t.Fatal("the stale count was not the one evicted")
 		}
 		reject("192.0.2.6", 9*time.Second, 1) // evicts .3 or .5, one rejection each; .3 is older
-		if _, ok := p.counters[0].index[p.source(ip("192.0.2.3")).addrKey]; ok {
+		if _, ok := p.counters[0].index[p.source(ip("192.0.2.3")).src]; ok {
 			t.Fatal(".3 kept")
 		}
 		if count("192.0.2.2") != 3 || count("192.0.2.4") != 20 {

@@ -3,6 +3,8 @@ package penalty
 import (
 	"fmt"
 	"time"
+
+	"github.com/h3edge/h3edge/limiter/minheap"
 )
 
 // The ban records, all guarded by Box.mu: the records themselves, the queues of their
@@ -18,10 +20,13 @@ type banRecord struct {
 	gen    uint64
 }
 
-// banItem is a queued instant at which a record changes: ends (ending) or is
-// forgotten (lapsing). An item whose gen is not its record's is stale and skipped.
-type banItem struct {
-	at  int64
+// banQueue holds the instants (ns) at which records change: end (ending) or are
+// forgotten (lapsing), soonest first. An item whose gen is not its record's is stale and
+// skipped.
+type banQueue = minheap.Heap[int64, banRef]
+
+// banRef names the record a banQueue item is for.
+type banRef struct {
 	gen uint64
 	key boxKey
 }
@@ -37,17 +42,17 @@ func (p *Box) advance(t int64) int64 {
 	} else {
 		t = c
 	}
-	for len(p.ending) > 0 && p.ending[0].at <= t {
-		it := p.ending.pop()
-		if rec := p.records[it.key]; rec != nil && rec.gen == it.gen && rec.active {
+	for p.ending.Len() > 0 && p.ending.Items[0].Key <= t {
+		it := p.ending.Pop()
+		if rec := p.records[it.Value.key]; rec != nil && rec.gen == it.Value.gen && rec.active {
 			p.deactivate(rec)
-			p.queue(&p.lapsing, banItem{at: rec.forget, gen: rec.gen, key: rec.key})
+			p.queue(&p.lapsing, rec.forget, banRef{rec.gen, rec.key})
 		}
 	}
-	for len(p.lapsing) > 0 && p.lapsing[0].at <= t {
-		it := p.lapsing.pop()
-		if rec := p.records[it.key]; rec != nil && rec.gen == it.gen && !rec.active {
-			delete(p.records, it.key)
+	for p.lapsing.Len() > 0 && p.lapsing.Items[0].Key <= t {
+		it := p.lapsing.Pop()
+		if rec := p.records[it.Value.key]; rec != nil && rec.gen == it.Value.gen && !rec.active {
+			delete(p.records, it.Value.key)
 		}
 	}
 	return t
@@ -67,7 +72,7 @@ func (p *Box) set(k boxKey, b Ban, until int64) (Ban, bool, error) {
 			}
 			p.gen++
 			rec.gen = p.gen
-			p.queue(&p.ending, banItem{at: until, gen: rec.gen, key: k})
+			p.queue(&p.ending, until, banRef{rec.gen, k})
 			p.edit(k).put(k, until)
 		}
 		rec.ban.Count = max(rec.ban.Count, b.Count)
@@ -92,7 +97,7 @@ func (p *Box) set(k boxKey, b Ban, until int64) (Ban, bool, error) {
 	p.lenCount[k.family()][k.bits]++
 	p.lensSet = true
 	p.edit(k).put(k, until)
-	p.queue(&p.ending, banItem{at: until, gen: rec.gen, key: k})
+	p.queue(&p.ending, until, banRef{rec.gen, k})
 	p.total++
 	return rec.ban, true, nil
 }
@@ -109,30 +114,30 @@ func (p *Box) deactivate(rec *banRecord) {
 // forgetOne drops the remembered record that would be forgotten soonest, to make room.
 // It reports false if no record is merely remembered.
 func (p *Box) forgetOne() bool {
-	for len(p.lapsing) > 0 {
-		it := p.lapsing.pop()
-		if rec := p.records[it.key]; rec != nil && rec.gen == it.gen && !rec.active {
-			delete(p.records, it.key)
+	for p.lapsing.Len() > 0 {
+		it := p.lapsing.Pop()
+		if rec := p.records[it.Value.key]; rec != nil && rec.gen == it.Value.gen && !rec.active {
+			delete(p.records, it.Value.key)
 			return true
 		}
 	}
 	return false
 }
 
-// queue pushes it onto q, and rebuilds q from the records when stale items make up
-// most of it.
-func (p *Box) queue(q *banQueue, it banItem) {
-	q.push(it)
-	if len(*q) <= 2*len(p.records)+64 {
+// queue pushes ref's instant at onto q, and rebuilds q from the records when stale
+// items make up most of it.
+func (p *Box) queue(q *banQueue, at int64, ref banRef) {
+	q.Push(at, ref)
+	if q.Len() <= 2*len(p.records)+64 {
 		return
 	}
 	ending := q == &p.ending
-	*q = (*q)[:0]
+	q.Items = q.Items[:0]
 	for _, rec := range p.records {
 		if rec.active && ending {
-			q.push(banItem{at: rec.until, gen: rec.gen, key: rec.key})
+			q.Push(rec.until, banRef{rec.gen, rec.key})
 		} else if !rec.active && !ending {
-			q.push(banItem{at: rec.forget, gen: rec.gen, key: rec.key})
+			q.Push(rec.forget, banRef{rec.gen, rec.key})
 		}
 	}
 }
@@ -145,21 +150,21 @@ func (p *Box) settle() {
 
 // schedule sets the timer for the next ban to end, or stops it when none is in force.
 func (p *Box) schedule() {
-	for len(p.ending) > 0 {
-		it := p.ending[0]
-		if rec := p.records[it.key]; rec != nil && rec.gen == it.gen && rec.active {
+	for p.ending.Len() > 0 {
+		it := p.ending.Items[0]
+		if rec := p.records[it.Value.key]; rec != nil && rec.gen == it.Value.gen && rec.active {
 			break
 		}
-		p.ending.pop()
+		p.ending.Pop()
 	}
-	if len(p.ending) == 0 {
+	if p.ending.Len() == 0 {
 		if p.timerAt != 0 {
 			p.timer.Stop()
 			p.timerAt = 0
 		}
 		return
 	}
-	at := p.ending[0].at
+	at := p.ending.Items[0].Key
 	if at == p.timerAt {
 		return
 	}

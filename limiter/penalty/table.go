@@ -1,5 +1,7 @@
 package penalty
 
+import "github.com/h3edge/h3edge/limiter"
+
 const (
 	banShards = 1024 // a change copies one shard's table: 1/1024 of the bans
 	banShift  = 64 - 10
@@ -16,12 +18,12 @@ type banTable struct {
 }
 
 type banSlot struct {
-	hi, lo uint64
-	until  int64
-	bits   uint8
+	src   limiter.Source
+	until int64
+	bits  uint8
 }
 
-func (s *banSlot) key() boxKey { return boxKey{addrKey{s.hi, s.lo}, s.bits} }
+func (s *banSlot) key() boxKey { return boxKey{s.src, s.bits} }
 
 // tagOf is a key's fingerprint: hash bits that choose neither the shard nor, in
 // tables under a million slots, the slot. Never 0.
@@ -36,7 +38,7 @@ func (t *banTable) find(k boxKey, h uint64) (uint64, bool) {
 		case 0:
 			return i, false
 		case tag:
-			if s := &t.slots[i]; s.hi == k.hi && s.lo == k.lo && s.bits == k.bits {
+			if s := &t.slots[i]; s.src == k.src && s.bits == k.bits {
 				return i, true
 			}
 		}
@@ -83,7 +85,7 @@ func (t *banTable) put(k boxKey, until int64) {
 		i, _ = t.find(k, h)
 	}
 	t.tags[i] = tagOf(h)
-	t.slots[i] = banSlot{hi: k.hi, lo: k.lo, until: until, bits: k.bits}
+	t.slots[i] = banSlot{src: k.src, until: until, bits: k.bits}
 	t.n++
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -27,11 +28,11 @@ func edges(t *testing.T, n int, cfg func() Config) []*Store {
 // TestAccuracy: 3 edges on one Redis, 200 concurrent clients on one key: exactly
 // Quota admitted for every algorithm that promises it.
 func TestAccuracy(t *testing.T) {
-	srv := startRedis(t)
-	ss := edges(t, 3, func() Config { return Config{URL: urlOf(srv), Timeout: 2 * time.Second} })
+	srv := testkit.StartRedis(t)
+	ss := edges(t, 3, func() Config { return Config{URL: srv.URL(), Timeout: 2 * time.Second} })
 	runAccuracy(t, ss)
 	runSlidingWindowError(t, ss)
-	assertKeysExpire(t, srv.client(t))
+	assertKeysExpire(t, clientOf(t, srv))
 }
 
 // TestClusterAccuracy is TestAccuracy on a 3-master Redis Cluster, plus batches
@@ -40,7 +41,7 @@ func TestClusterAccuracy(t *testing.T) {
 	c := startCluster(t)
 	ss := edges(t, 3, func() Config { return Config{Cluster: c.addrs(), Timeout: 2 * time.Second} })
 	// The store groups requests by slot itself: its CRC16 must be Redis's.
-	cl := c.nodes[0].client(t)
+	cl := clientOf(t, c.nodes[0])
 	for i := range 50 {
 		k := keyOf(fmt.Sprint("raw-slot-", i))
 		pi, _ := ss[0].pol.get(mustPolicy(t, limiter.Policy{Name: "slot", Quota: 1, Window: time.Second}), nil, time.Second)
@@ -202,8 +203,8 @@ func runCrossSlot(t *testing.T, ss []*Store) {
 // TestAllOrNothing: a request that "daily" denies charges nothing to "burst", read back
 // from Redis.
 func TestAllOrNothing(t *testing.T) {
-	srv := startRedis(t)
-	st := newStore(t, Config{URL: urlOf(srv), Timeout: time.Second})
+	srv := testkit.StartRedis(t)
+	st := newStore(t, Config{URL: srv.URL(), Timeout: time.Second})
 	burst := mustPolicy(t, limiter.Policy{Name: "burst", Quota: 10, Window: time.Hour})
 	daily := mustPolicy(t, limiter.Policy{Name: "daily", Algorithm: limiter.FixedWindow, Quota: 3, Window: 24 * time.Hour})
 	awayFromBoundary(t, 24*time.Hour)
@@ -219,7 +220,7 @@ func TestAllOrNothing(t *testing.T) {
 			t.Fatalf("batch %d: allowed %v", i, ok)
 		}
 	}
-	c := srv.client(t)
+	c := clientOf(t, srv)
 	bi, _ := st.pol.get(burst, nil, time.Second)
 	bs := readState(t, c, bi.redisKey(&apiKey))
 	par, _ := burst.Params()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -33,7 +34,7 @@ func keyOf(raw string) limiter.Key {
 // instants (steps back included), costs from 0 to beyond the quota, batches over
 // several policies and keys with the same entry twice, and releases.
 func TestAgreesWithLocal(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	cases := []struct {
 		name     string
 		policies []limiter.Policy
@@ -64,14 +65,14 @@ func TestAgreesWithLocal(t *testing.T) {
 				for _, p := range tc.policies {
 					ps = append(ps, mustPolicy(t, p))
 				}
-				st := newStore(t, Config{URL: urlOf(srv), ClockSync: -1, Batch: Batch{Disabled: !batching},
+				st := newStore(t, Config{URL: srv.URL(), ClockSync: -1, Batch: Batch{Disabled: !batching},
 					ConcurrencyTTL: time.Hour, Timeout: time.Second})
 				loc, _ := limiter.NewLocal(limiter.Config{})
 				agree(t, st, loc, ps, uint64(ci)*7+map[bool]uint64{false: 1, true: 2}[batching], 1200)
 			})
 		}
 	}
-	assertKeysExpire(t, srv.client(t))
+	assertKeysExpire(t, clientOf(t, srv))
 }
 
 // agree runs n random events through both stores and fails at the first difference.

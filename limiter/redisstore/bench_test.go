@@ -17,6 +17,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -35,9 +36,9 @@ var benchRedis struct {
 }
 
 func benchServer(b *testing.B) string {
-	bin := redisServerPath(b)
+	bin := testkit.Need(b, "redis-server")
 	benchRedis.once.Do(func() {
-		port := freePort(b)
+		port := testkit.Port(b)
 		benchRedis.addr = "127.0.0.1:" + strconv.Itoa(port)
 		benchRedis.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", b.TempDir())

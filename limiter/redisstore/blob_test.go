@@ -7,14 +7,16 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // TestBlobs stores, lists, stats and deletes values, and checks that a lock has one
 // holder at a time, that only its holder releases or extends it, and that it frees
 // itself when its lease ends.
 func TestBlobs(t *testing.T) {
-	srv := startRedis(t)
-	st := newStore(t, Config{URL: urlOf(srv)})
+	srv := testkit.StartRedis(t)
+	st := newStore(t, Config{URL: srv.URL()})
 	b := st.Blobs("h3edge:acme:")
 	ctx := context.Background()
 

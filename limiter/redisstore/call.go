@@ -329,14 +329,14 @@ func (pi *policyInfo) times(q *blob, now int64, prefix string) string {
 	case 'f':
 		ws := floorDiv(now, w) * w
 		q.instant(ws)
-		q.int(ceilDiv(ws+w-now, int64(time.Millisecond)))
+		q.int(ceilMillis(ws + w - now))
 		q.zeros(3)
 	case 's':
 		ws := floorDiv(now, w) * w
 		q.instant(ws)
 		q.instant(ws - w)
 		q.int(pi.params.WindowTicks - (now-ws)/pi.params.Tick)
-		q.int(ceilDiv(ws+2*w-now, int64(time.Millisecond)))
+		q.int(ceilMillis(ws + 2*w - now))
 	case 'g':
 		q.zeros(6)
 		return digits20(max(now-w, 0))
@@ -567,9 +567,13 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
+// ceilMillis returns d nanoseconds in whole milliseconds, rounded up: the expiry the
+// scripts give a window's key (SET … PX takes milliseconds and must not end the key
+// before its window does); 0 for d ≤ 0. It is not limiter's ceilDiv, a quotient of
+// units.
+func ceilMillis(d int64) int64 {
+	if d <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	return (d + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 }

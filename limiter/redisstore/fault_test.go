@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -42,11 +42,11 @@ func timingBound(d time.Duration) time.Duration {
 func TestFaults(t *testing.T) {
 	for _, mode := range []string{"SIGKILL", "SIGSTOP"} {
 		t.Run(mode, func(t *testing.T) {
-			srv := startRedis(t)
+			srv := testkit.StartRedis(t)
 			const timeout = 20 * time.Millisecond
 			var mu sync.Mutex
 			var changes []string
-			st := newStore(t, Config{URL: urlOf(srv), Timeout: timeout, Breaker: BreakerConfig{
+			st := newStore(t, Config{URL: srv.URL(), Timeout: timeout, Breaker: BreakerConfig{
 				OnChange: func(from, to BreakerState) {
 					mu.Lock()
 					changes = append(changes, fmt.Sprintf("%v→%v", from, to))
@@ -87,16 +87,16 @@ func TestFaults(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			faultAt := time.Now()
 			if mode == "SIGKILL" {
-				srv.kill()
+				srv.Kill()
 			} else {
-				srv.signal(syscall.SIGSTOP)
+				srv.Signal(syscall.SIGSTOP)
 			}
 			time.Sleep(time.Second)
 			backAt := time.Now()
 			if mode == "SIGKILL" {
-				srv.start()
+				srv.Start()
 			} else {
-				srv.signal(syscall.SIGCONT)
+				srv.Signal(syscall.SIGCONT)
 			}
 			// Wait for the first successful decision after Redis is back.
 			var resumed time.Duration
@@ -172,15 +172,15 @@ func TestFaults(t *testing.T) {
 // TestBreakerAtStart: a store whose Redis is down at start still starts, fails fast
 // with ErrCircuitOpen, and closes its breaker once Redis comes up.
 func TestBreakerAtStart(t *testing.T) {
-	srv := startRedis(t)
-	srv.kill()
-	st := newStore(t, Config{URL: urlOf(srv), Timeout: 20 * time.Millisecond})
+	srv := testkit.StartRedis(t)
+	srv.Kill()
+	st := newStore(t, Config{URL: srv.URL(), Timeout: 20 * time.Millisecond})
 	pol := mustPolicy(t, limiter.Policy{Name: "start", Quota: 10, Window: time.Second})
 	_, _, err := st.Decide(context.Background(), time.Now(), []limiter.Request{{Policy: pol, Key: keyOf("raw-x"), Cost: 1}}, nil)
 	if !errors.Is(err, ErrCircuitOpen) || st.Breaker() != BreakerOpen {
 		t.Fatalf("got %v, breaker %v; want ErrCircuitOpen", err, st.Breaker())
 	}
-	srv.start()
+	srv.Start()
 	bound := timingBound(2 * time.Second)
 	deadline := time.Now().Add(bound)
 	for st.Breaker() != BreakerClosed {
@@ -196,18 +196,9 @@ func TestBreakerAtStart(t *testing.T) {
 
 // TestSentinel: the store finds its master through Redis Sentinel.
 func TestSentinel(t *testing.T) {
-	master := startRedis(t)
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf")
-	port := freePort(t)
-	cfg := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, dir, master.port)
-	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{tb: t, bin: redisServerPath(t), port: port, dir: dir, args: []string{conf, "--sentinel"}}
-	s.start()
-	t.Cleanup(s.kill)
-	st := newStore(t, Config{Sentinel: &Sentinel{Master: "mymaster", Addrs: []string{s.addr()}}, Timeout: time.Second})
+	master := testkit.StartRedis(t)
+	s := testkit.StartSentinel(t, fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %d 1\n", master.Port))
+	st := newStore(t, Config{Sentinel: &Sentinel{Master: "mymaster", Addrs: []string{s.Addr()}}, Timeout: time.Second})
 	pol := mustPolicy(t, limiter.Policy{Name: "sentinel", Algorithm: limiter.FixedWindow, Quota: 2, Window: time.Hour})
 	awayFromBoundary(t, time.Hour)
 	var admitted int
@@ -223,7 +214,7 @@ func TestSentinel(t *testing.T) {
 	if admitted != 2 {
 		t.Fatalf("admitted %d, want 2", admitted)
 	}
-	if n := master.client(t).DBSize(context.Background()).Val(); n == 0 {
+	if n := clientOf(t, master).DBSize(context.Background()).Val(); n == 0 {
 		t.Fatal("nothing stored on the master")
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -36,15 +37,15 @@ func TestMain(m *testing.M) {
 // TestSkew: two edges whose clocks are 2s ahead and 2s behind enforce one fixed
 // window; without the offset correction they would count in two windows.
 func TestSkew(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	ahead := func() time.Time { return time.Now().Add(2 * time.Second) }
 	behind := func() time.Time { return time.Now().Add(-2 * time.Second) }
 	const w = 4 * time.Second // ahead and behind are a whole window apart
 	run := func(sync time.Duration, name string) int {
 		// A generous timeout: this test is about windows, and a slow round trip on a busy
 		// machine must not end it.
-		a := newStore(t, Config{URL: urlOf(srv), ClockSync: sync, now: ahead, Timeout: time.Second})
-		b := newStore(t, Config{URL: urlOf(srv), ClockSync: sync, now: behind, Timeout: time.Second})
+		a := newStore(t, Config{URL: srv.URL(), ClockSync: sync, now: ahead, Timeout: time.Second})
+		b := newStore(t, Config{URL: srv.URL(), ClockSync: sync, now: behind, Timeout: time.Second})
 		if sync >= 0 {
 			if d := a.Offset() + 2*time.Second; d.Abs() > 50*time.Millisecond {
 				t.Fatalf("offset of the edge 2s ahead: %v", a.Offset())
@@ -88,9 +89,9 @@ func TestSkew(t *testing.T) {
 // TestGlobalConcurrency: quota 5 across 3 edges is never exceeded; held units are
 // renewed; the units of an edge that dies return within the lease TTL.
 func TestGlobalConcurrency(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	const ttl = 900 * time.Millisecond
-	cfg := func() Config { return Config{URL: urlOf(srv), ConcurrencyTTL: ttl, Timeout: time.Second} }
+	cfg := func() Config { return Config{URL: srv.URL(), ConcurrencyTTL: ttl, Timeout: time.Second} }
 	ss := edges(t, 3, cfg)
 	pol := mustPolicy(t, limiter.Policy{Name: "conc", Algorithm: limiter.Concurrency, Quota: 5})
 	key := keyOf("raw-conc")
@@ -171,9 +172,9 @@ func TestGlobalConcurrency(t *testing.T) {
 // and is never admitted beyond its quota; a reloaded policy is not denied by the
 // cache.
 func TestNegativeCache(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	cnt := &counter{}
-	st := newStore(t, Config{Client: testClient(t, srv.addr(), cnt), NegativeCache: true, Timeout: time.Second})
+	st := newStore(t, Config{Client: testClient(t, srv.Addr(), cnt), NegativeCache: true, Timeout: time.Second})
 	pol := mustPolicy(t, limiter.Policy{Name: "neg", Quota: 5, Window: time.Minute})
 	key := keyOf("raw-neg")
 	reqs := []limiter.Request{{Policy: pol, Key: key, Cost: 1}}
@@ -221,11 +222,11 @@ func TestNegativeCache(t *testing.T) {
 // TestBatching counts round trips and proves that nothing is counted twice: what
 // Redis counted equals what the store admitted.
 func TestBatching(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	for _, disabled := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", !disabled), func(t *testing.T) {
 			cnt := &counter{}
-			st := newStore(t, Config{Client: testClient(t, srv.addr(), cnt), Batch: Batch{Disabled: disabled}, Timeout: time.Second})
+			st := newStore(t, Config{Client: testClient(t, srv.Addr(), cnt), Batch: Batch{Disabled: disabled}, Timeout: time.Second})
 			name := fmt.Sprint("batch-", disabled)
 			pol := mustPolicy(t, limiter.Policy{Name: name, Algorithm: limiter.FixedWindow, Quota: 1 << 40, Window: 24 * time.Hour})
 			awayFromBoundary(t, 24*time.Hour)
@@ -250,7 +251,7 @@ func TestBatching(t *testing.T) {
 			n := float64(callers * each)
 			t.Logf("%d decisions: %d script calls (%.3f per decision), %d pipelines, %d commands", callers*each, scripts, float64(scripts)/n, pipes, cmds)
 			pi, _ := st.pol.get(pol, nil, time.Second)
-			if n := readState(t, srv.client(t), pi.redisKey(&key)).N; n != admitted.Load() {
+			if n := readState(t, clientOf(t, srv), pi.redisKey(&key)).N; n != admitted.Load() {
 				t.Fatalf("Redis counted %d, the store admitted %d", n, admitted.Load())
 			}
 			if !disabled && float64(scripts)/n > 0.5 {
@@ -293,45 +294,36 @@ func TestNoScript(t *testing.T) {
 		}
 	}
 	t.Run("single", func(t *testing.T) {
-		srv := startRedis(t)
-		st := newStore(t, Config{URL: urlOf(srv), Timeout: time.Second})
-		c := srv.client(t)
+		srv := testkit.StartRedis(t)
+		st := newStore(t, Config{URL: srv.URL(), Timeout: time.Second})
+		c := clientOf(t, srv)
 		check(t, st, func() { c.ScriptFlush(context.Background()) })
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := startCluster(t)
 		st := newStore(t, Config{Cluster: cl.addrs(), Timeout: time.Second})
-		c := cl.nodes[1].client(t)
+		c := clientOf(t, cl.nodes[1])
 		check(t, st, func() { c.ScriptFlush(context.Background()) })
 	})
 }
 
 // TestFleetSize: edges count each other through their heartbeats.
 func TestFleetSize(t *testing.T) {
-	srv := startRedis(t)
-	ss := edges(t, 3, func() Config { return Config{URL: urlOf(srv), Heartbeat: 100 * time.Millisecond} })
-	waitFor(t, 2*time.Second, func() bool { return ss[0].FleetSize() == 3 }, "fleet of 3")
+	srv := testkit.StartRedis(t)
+	ss := edges(t, 3, func() Config { return Config{URL: srv.URL(), Heartbeat: 100 * time.Millisecond} })
+	testkit.WaitFor(t, 2*time.Second, "fleet of 3", func() bool { return ss[0].FleetSize() == 3 })
 	ss[2].Close()
-	waitFor(t, 2*time.Second, func() bool { return ss[0].FleetSize() == 2 }, "fleet of 2 after one left")
-	if !strings.HasPrefix(srv.client(t).Get(context.Background(), edgeKeyPre+ss[0].EdgeID()).Val(), "host=") {
+	testkit.WaitFor(t, 2*time.Second, "fleet of 2 after one left", func() bool { return ss[0].FleetSize() == 2 })
+	if !strings.HasPrefix(clientOf(t, srv).Get(context.Background(), edgeKeyPre+ss[0].EdgeID()).Val(), "host=") {
 		t.Fatal("no heartbeat key")
-	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("no %s within %v", what, d)
-		}
 	}
 }
 
 // TestBanBus: a ban published by one edge reaches two subscribers within 1s; an edge
 // that starts later loads the bans in force.
 func TestBanBus(t *testing.T) {
-	srv := startRedis(t)
-	ss := edges(t, 2, func() Config { return Config{URL: urlOf(srv)} })
+	srv := testkit.StartRedis(t)
+	ss := edges(t, 2, func() Config { return Config{URL: srv.URL()} })
 	type ban struct {
 		p      netip.Prefix
 		until  time.Time
@@ -367,7 +359,7 @@ func TestBanBus(t *testing.T) {
 			t.Fatalf("subscriber %d: no ban within 1s", i)
 		}
 	}
-	late := newStore(t, Config{URL: urlOf(srv)})
+	late := newStore(t, Config{URL: srv.URL()})
 	sub(2, late)
 	select {
 	case b := <-got[2]:
@@ -377,17 +369,17 @@ func TestBanBus(t *testing.T) {
 	default:
 		t.Fatal("a starting edge did not load the ban in force")
 	}
-	assertKeysExpire(t, srv.client(t))
+	assertKeysExpire(t, clientOf(t, srv))
 }
 
 // TestLease: lease mode saves round trips, never admits beyond the quota while time
 // stands still (a token bucket over an hour), and returns unused units.
 func TestLease(t *testing.T) {
-	srv := startRedis(t)
+	srv := testkit.StartRedis(t)
 	const quota, lease, hold = 300, 10, 300 * time.Millisecond
 	cnt := &counter{}
 	cfg := func() Config {
-		return Config{Client: testClient(t, srv.addr(), cnt), Timeout: time.Second, LeaseHold: hold,
+		return Config{Client: testClient(t, srv.Addr(), cnt), Timeout: time.Second, LeaseHold: hold,
 			Lease: func(p *limiter.Policy) int64 {
 				if p.Name == "leased" {
 					return lease
@@ -426,9 +418,9 @@ func TestLease(t *testing.T) {
 		t.Fatalf("lease mode made %d script calls for %d decisions", calls, decisions.Load())
 	}
 	// After LeaseHold the unused units are back in Redis.
-	plain := newStore(t, Config{URL: urlOf(srv)})
-	waitFor(t, 3*hold+time.Second, func() bool {
+	plain := newStore(t, Config{URL: srv.URL()})
+	testkit.WaitFor(t, 3*hold+time.Second, "unused leased units returned", func() bool {
 		out, _, err := plain.Decide(context.Background(), time.Now(), []limiter.Request{{Policy: pol, Key: key}}, nil)
 		return err == nil && math.Abs(float64(out[0].Remaining-(quota-admitted.Load()))) <= 1
-	}, "unused leased units returned")
+	})
 }

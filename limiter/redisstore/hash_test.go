@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 )
 
 // TestScanHash: ScanHash walks a hash larger than one HSCAN page whole; an error from
 // fn stops the walk and comes back as it is; a missing key is an empty hash; a key of
 // another type gives Redis's WRONGTYPE.
 func TestScanHash(t *testing.T) {
-	srv := startRedis(t)
-	rc := srv.client(t)
-	st := newStore(t, Config{URL: urlOf(srv)})
+	srv := testkit.StartRedis(t)
+	rc := clientOf(t, srv)
+	st := newStore(t, Config{URL: srv.URL()})
 	ctx := context.Background()
 	const n = 2500 // past the listpack encoding (128 fields) and past one page
 	for i := range n {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -70,9 +71,9 @@ func containsRaw(k string) bool {
 // key is first given a much longer expiry than the scripts would set, so a kept expiry
 // shows as that long one.
 func TestExpiryKeptUntilNeeded(t *testing.T) {
-	srv := startRedis(t)
-	c := srv.client(t)
-	st := newStore(t, Config{URL: urlOf(srv), Batch: Batch{Disabled: true}, Timeout: time.Second})
+	srv := testkit.StartRedis(t)
+	c := clientOf(t, srv)
+	st := newStore(t, Config{URL: srv.URL(), Batch: Batch{Disabled: true}, Timeout: time.Second})
 	ctx := context.Background()
 	const long = time.Minute
 	pttl := func(key string) time.Duration {

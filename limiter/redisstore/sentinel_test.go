@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/limiter"
 )
 
@@ -19,34 +18,26 @@ import (
 // master is SIGKILLed and Sentinel promotes its replica, with the state the replica
 // had copied.
 func TestSentinelFailover(t *testing.T) {
-	master := startRedis(t, "--repl-diskless-sync-delay", "0")
-	replica := startRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
-	rc := replica.client(t)
-	waitUntil(t, 10*time.Second, "the replica to sync", func() bool {
+	master := testkit.StartRedis(t, "--repl-diskless-sync-delay", "0")
+	replica := testkit.StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	rc := clientOf(t, replica)
+	testkit.WaitFor(t, 10*time.Second, "the replica to sync", func() bool {
 		info, _ := rc.Info(context.Background(), "replication").Result()
 		return strings.Contains(info, "master_link_status:up")
 	})
 
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf")
-	sport := freePort(t)
-	os.WriteFile(conf, []byte(fmt.Sprintf(`port %d
-bind 127.0.0.1
-sentinel monitor h3edge 127.0.0.1 %d 1
+	sentinel := testkit.StartSentinel(t, fmt.Sprintf(`sentinel monitor h3edge 127.0.0.1 %d 1
 sentinel down-after-milliseconds h3edge 300
 sentinel failover-timeout h3edge 3000
-`, sport, master.port)), 0o644)
-	sentinel := &server{tb: t, bin: redisServerPath(t), port: sport, dir: dir, args: []string{conf, "--sentinel"}}
-	sentinel.start()
-	t.Cleanup(sentinel.kill)
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.addr()})
+`, master.Port))
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
 	defer sc.Close()
-	waitUntil(t, 15*time.Second, "Sentinel to see the replica", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "Sentinel to see the replica", func() bool {
 		rs, err := sc.Replicas(context.Background(), "h3edge").Result()
 		return err == nil && len(rs) == 1
 	})
 
-	st := newStore(t, Config{Sentinel: &Sentinel{Master: "h3edge", Addrs: []string{sentinel.addr()}},
+	st := newStore(t, Config{Sentinel: &Sentinel{Master: "h3edge", Addrs: []string{sentinel.Addr()}},
 		Timeout: 500 * time.Millisecond, Heartbeat: time.Hour})
 	pol := mustPolicy(t, limiter.Policy{Name: "sentinel", Quota: 10, Window: time.Hour})
 	k := keyOf("sentinel-client")
@@ -63,16 +54,16 @@ sentinel failover-timeout h3edge 3000
 			t.Fatalf("decision %d on the master: %+v, %v", i+1, d, err)
 		}
 	}
-	waitUntil(t, 5*time.Second, "the replica to copy the bucket", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the replica to copy the bucket", func() bool {
 		n, _ := rc.DBSize(context.Background()).Result()
 		return n > 0
 	})
 
-	master.kill()
+	master.Kill()
 	killed := time.Now()
 	var d limiter.Decision
 	var err error
-	waitUntil(t, 20*time.Second, "decisions on the promoted replica", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "decisions on the promoted replica", func() bool {
 		d, err = decide()
 		return err == nil
 	})
@@ -83,17 +74,5 @@ sentinel failover-timeout h3edge 3000
 	// The 4 charged before the failover were copied: the fifth leaves 5.
 	if !d.Allowed || d.Remaining != 5 {
 		t.Errorf("first decision after the failover: %+v, want allowed with 5 remaining", d)
-	}
-}
-
-// waitUntil polls cond every 20 ms until it holds or d passes.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

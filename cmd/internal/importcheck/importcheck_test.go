@@ -121,6 +121,16 @@ func TestCheck(t *testing.T) {
 		{name: "limiter's tests import its store", pkg: "limiter", imp: m + "limiter/redisstore", test: true,
 			want: []string{"limiter's tests import github.com/h3edge/h3edge/limiter/redisstore: limiter does not know its Redis store"}},
 
+		{name: "the demo origin imports its server", pkg: "edge/demo", imp: m + "edge",
+			want: []string{"edge/demo imports github.com/h3edge/h3edge/edge: nothing imports edge but cmd"}},
+		{name: "the test helpers import go-redis", pkg: "bench/testkit", imp: "github.com/redis/go-redis/v9",
+			want: []string{"bench/testkit imports github.com/redis/go-redis/v9: only limiter/redisstore imports go-redis"}},
+		{name: "bench imports the demo origin", pkg: "bench", imp: m + "edge/demo",
+			want: []string{"bench imports github.com/h3edge/h3edge/edge/demo: not in its row of the table"}},
+
+		{name: "the bare baseline serves the demo origin", pkg: "bench/scenario", imp: m + "edge/demo"},
+		{name: "any package's tests use the test helpers", pkg: "quicconn", imp: m + "bench/testkit", test: true},
+		{name: "edge's sub-packages use the heap", pkg: "edge/admin", imp: m + "limiter/minheap"},
 		{name: "a sub-package lives in its parent's room", pkg: "limiter/penalty", imp: m + "limiter"},
 		{name: "edge imports a limiter sub-package", pkg: "edge", imp: m + "limiter/penalty"},
 		{name: "a store imports a limiter sub-package", pkg: "limiter/redisstore", imp: m + "limiter/penalty"},

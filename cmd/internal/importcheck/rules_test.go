@@ -27,12 +27,16 @@ type rule struct {
 var rules = []rule{
 	{pkg: "headers", external: []string{"github.com/dunglas/httpsfv"}},
 	{pkg: "limiter", external: []string{"golang.org/x/time/..."}},
-	{pkg: "limiter/redisstore", imports: []string{"limiter"}, external: []string{"github.com/redis/go-redis/v9/..."}},
+	{pkg: "limiter/redisstore", imports: []string{"limiter"}, external: []string{"github.com/redis/go-redis/v9/..."},
+		tests: []string{"bench/testkit"}},
 	{pkg: "quicconn", imports: []string{"limiter"}, external: []string{
 		"github.com/quic-go/quic-go/...",
 		// Beyond the table: the kernel's ban filter (classic BPF, SO_ATTACH_FILTER) and
 		// batched reads (recvmmsg) of the filtered UDP socket.
 		"golang.org/x/net/bpf", "golang.org/x/net/ipv4", "golang.org/x/sys/unix",
+	}, tests: []string{
+		"certs",         // certs.SelfSigned: the one self-signed certificate helper of the module
+		"bench/testkit", // WaitFor
 	}},
 	{pkg: "certs"},
 	{pkg: "certs/acme", external: []string{
@@ -44,14 +48,14 @@ var rules = []rule{
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
-		"edge/admin", "edge/accesslog", "edge/route", "edge/upstream",
+		"edge/admin", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
 		"github.com/dunglas/httpsfv", "golang.org/x/time/...", "github.com/quic-go/quic-go/...",
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
-	}, tests: []string{"bench", "bench/scenario"}},
+	}, tests: []string{"bench", "bench/scenario", "bench/testkit"}},
 	// edge's rooms: none knows a listener, Prometheus or go-redis, and none imports edge,
 	// so each can be read and tested on its own.
 	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
@@ -77,6 +81,9 @@ var rules = []rule{
 	// edge's that needs only the standard library (edge converts the configuration).
 	{pkg: "edge/route"},
 	{pkg: "edge/upstream"},
+	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
+	// bench/scenario's bare baseline serves the very handler h3edge serves.
+	{pkg: "edge/demo"},
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
@@ -87,8 +94,12 @@ var rules = []rule{
 		// Beyond the table: the fields checker parses the RateLimit fields h3edge sends
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
-	}},
-	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers"}, external: []string{
+	}, tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned for the test servers
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
+		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
+		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
+		"bench/testkit", // FreePort and NextPhase, shared with the tests of every package
+	}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
 		"golang.org/x/net/ipv4", // beyond the table: drop-cost's flood sends with sendmmsg
@@ -96,8 +107,11 @@ var rules = []rule{
 		// text parser (the format package, not client_golang: bench registers nothing).
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
 	}},
-	{pkg: "bench/chart"},
-	{pkg: "cmd/h3edge", imports: []string{"edge", "edge/config"}, tests: []string{"bench"}}, // config: load and validate before building
+	{pkg: "bench/chart", tests: []string{"bench/testkit"}},
+	// Beyond the table: the helpers every package's tests share (free ports, redis-server,
+	// waiting, tools required under CI). Std only, so that any row may list it in tests.
+	{pkg: "bench/testkit"},
+	{pkg: "cmd/h3edge", imports: []string{"edge", "edge/config"}, tests: []string{"bench", "certs", "bench/testkit"}}, // config: load and validate before building
 	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
@@ -171,8 +185,12 @@ func allowed(r *rule, path string, test bool) bool {
 	if to == nil {
 		return false
 	}
-	return to == r || slices.Contains(r.imports, to.pkg) || test && slices.Contains(r.tests, to.pkg)
+	return to == r || slices.Contains(r.imports, to.pkg) || test && (slices.Contains(r.tests, to.pkg) || to.pkg == testHelpers)
 }
+
+// testHelpers is the package of the helpers every package's tests share (free ports,
+// redis-server, waiting, tools required under CI): any package's tests may import it.
+const testHelpers = "bench/testkit"
 
 // std reports whether path is a package of the standard library: its first element
 // has no dot (the test binary's "C" and vendored paths aside, which the module has not).
