@@ -102,7 +102,11 @@ func TestNoSlotLeak(t *testing.T) {
 				default:
 					conn, err := c.dial(t, srv.addr, dialOpts{})
 					if err != nil {
-						t.Errorf("dial: %v", err)
+						// The server's 200 ms handshake timeout can end a handshake on a
+						// machine loaded (or race-built) enough: one more abandoned
+						// handshake, whose slot must come back like the others.
+						t.Logf("dial: %v", err)
+						failed.Add(1)
 						continue
 					}
 					conn.CloseWithError(0, "")
@@ -115,6 +119,9 @@ func TestNoSlotLeak(t *testing.T) {
 	t.Logf("open right after the cycles: %d", srv.g.Stats().Open)
 	testkit.WaitFor(t, 5*time.Second, "all slots released", func() bool { return srv.g.Stats().Open == 0 })
 	t.Logf("%d closed, %d failed or abandoned; stats %+v", ok.Load(), failed.Load(), srv.g.Stats())
+	if want := int64(cycles * 6 / 8); ok.Load() < want/2 {
+		t.Errorf("%d of %d handshakes that should complete did", ok.Load(), want)
+	}
 }
 
 func TestBanFilter(t *testing.T) {
