@@ -53,7 +53,12 @@ var rules = []rule{
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
 	}},
-	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers"}, external: []string{
+	// The attack clients (h3bench attack): HTTP/2 frames written with x/net/http2's
+	// Framer and HPACK encoder (net/http hides frames), QUIC streams with quic-go.
+	{pkg: "bench/attack", external: []string{
+		"golang.org/x/net/http2", "golang.org/x/net/http2/hpack", "github.com/quic-go/quic-go",
+	}},
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/attack", "bench/chart", "headers"}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
 		"golang.org/x/net/ipv4", // beyond the table: drop-cost's flood sends with sendmmsg
