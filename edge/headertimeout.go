@@ -3,6 +3,7 @@ package edge
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -10,7 +11,8 @@ import (
 // section is not complete within it is ended. HTTP/1.1 has net/http's ReadHeaderTimeout.
 // Go's HTTP/2 server bounds only the first request that way, so h2HeaderGuard watches the
 // frames on the connection. HTTP/3 streams get a read deadline before quic-go reads their
-// HEADERS frame (h3Serve).
+// HEADERS frame (h3Serve). The same guard counts the frames of HTTP/2 abuse
+// (h2abuse.go).
 
 // HTTP/2 frame types and flags the guard reads (RFC 9113 §6).
 const (
@@ -22,10 +24,12 @@ const (
 )
 
 // headerGuardListener hands the HTTP server TLS connections that end an HTTP/2 header
-// section still incomplete after timeout.
+// section still incomplete after timeout, and end abusive HTTP/2 connections,
+// charging their source through report.
 type headerGuardListener struct {
 	net.Listener // yields *tls.Conn
 	timeout      time.Duration
+	report       func(addr netip.Addr, charge int, reason string)
 }
 
 func (l headerGuardListener) Accept() (net.Conn, error) {
@@ -37,7 +41,9 @@ func (l headerGuardListener) Accept() (net.Conn, error) {
 	if !ok {
 		return c, nil
 	}
-	return &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}, nil
+	g := &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}
+	g.abuse.report = l.report
+	return g, nil
 }
 
 // h2HeaderGuard is a TLS connection that follows the HTTP/2 frames read from it: from
@@ -60,6 +66,7 @@ type h2HeaderGuard struct {
 	skip    int  // bytes left of the preface or of the current frame's payload
 	nhdr    int  // bytes of the frame header read so far
 	hdr     [h2FrameHeaderLen]byte
+	abuse   h2Abuse
 }
 
 // Read reads from the TLS connection and follows the frames it returns.
@@ -87,8 +94,14 @@ func (c *h2HeaderGuard) Read(p []byte) (int, error) {
 		c.Conn.SetReadDeadline(time.Time{})
 		c.armed = false
 	}
+	if c.abuse.closed {
+		return 0, errH2Abuse
+	}
 	n, err := c.Conn.Read(p)
 	c.follow(p[:n])
+	if c.abuse.abused != "" {
+		return 0, c.endAbuse()
+	}
 	return n, err
 }
 
@@ -97,6 +110,9 @@ func (c *h2HeaderGuard) follow(b []byte) {
 	for len(b) > 0 {
 		if c.skip > 0 {
 			k := min(c.skip, len(b))
+			if c.abuse.want > 0 {
+				c.abuse.capture(b[:k])
+			}
 			c.skip -= k
 			b = b[k:]
 			if c.skip == 0 && c.ends {
@@ -117,6 +133,7 @@ func (c *h2HeaderGuard) follow(b []byte) {
 		}
 		c.ends = (typ == h2FrameHeaders || typ == h2FrameContinuation) && flags&h2FlagEndHeaders != 0
 		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+		c.abuse.frame(typ, flags, c.skip, uint32(c.hdr[5]&0x7f)<<24|uint32(c.hdr[6])<<16|uint32(c.hdr[7])<<8|uint32(c.hdr[8]))
 		if c.skip == 0 && c.ends {
 			c.pending, c.ends = false, false
 		}

@@ -369,7 +369,7 @@ func (s *Server) Serve() error {
 		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
 	h12 := &http.Server{
-		Handler:           s.handler,
+		Handler:           h2Completions(s.handler),
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
@@ -382,7 +382,7 @@ func (s *Server) Serve() error {
 		},
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState:   s.connState,
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return s.connContext(ctx) },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return withH2Guard(s.connContext(ctx), c) },
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -424,7 +424,7 @@ func (s *Server) Serve() error {
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
 		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
-		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
+		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(), report: s.chargeAbuse})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
