@@ -371,6 +371,9 @@ var validationCases = []validationCase{
 	{"alt_svc empty", `alt_svc: ""`, nil},
 	{"shutdown_timeout negative", "shutdown_timeout: -1s", []string{"shutdown_timeout: must be more than 0, a duration such as 10s (got -1s)"}},
 	{"shutdown_timeout long", "shutdown_timeout: 11m", []string{"shutdown_timeout: must be at most 10m (got 11m0s)"}},
+	{"limits.body_read_timeout negative", "limits: {body_read_timeout: -1s}", []string{"limits.body_read_timeout: must be more than 0, a duration such as 10s (got -1s)"}},
+	{"limits.write_timeout long", "limits: {write_timeout: 11m}", []string{"limits.write_timeout: must be at most 10m (got 11m0s)"}},
+	{"limits short", "limits: {body_read_timeout: 2s, write_timeout: 1s}", nil},
 	{"upstream_timeout negative", "upstream_timeout: -1s", []string{"upstream_timeout: must be more than 0, a duration such as 10s (got -1s)"}},
 	{"upstream without scheme", "upstream: 127.0.0.1:9000", []string{`upstream: must be an absolute http or https URL such as http://127.0.0.1:9000 (got "127.0.0.1:9000")`}},
 	{"upstream scheme", "upstream: ftp://o", []string{`upstream: must be an absolute http or https URL`}},
@@ -758,6 +761,8 @@ var configFields = map[string]struct {
 	"abuse.ban":                     {def: "1m0s", doc: "1m", checked: true},
 	"abuse.max_ban":                 {def: "1h0m0s", doc: "1h", checked: true},
 	"abuse.share":                   {def: "true"},
+	"limits.body_read_timeout":      {def: "30s", checked: true},
+	"limits.write_timeout":          {def: "1m0s", doc: "60s", checked: true},
 	"legacy_headers":                {def: "false"},
 	"log_format":                    {def: "text", checked: true},
 }

@@ -85,6 +85,7 @@ func (c *Config) ApplyDefaults() {
 		a.Share = &share
 	}
 
+	c.Limits.defaults()
 	c.LogFormat = cmp.Or(c.LogFormat, "text")
 
 	// Validate reports the entries that do not parse.
