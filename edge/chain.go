@@ -14,6 +14,7 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = extendedConnect(h)
 	h = tooEarly(h)
 	h = headerLimit(h)
+	h = s.bodyTimeout(h)
 	h = s.altSvc(h)
 	h = s.streamBudget(h)
 	h = s.metrics.instrument(h)

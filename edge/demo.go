@@ -32,6 +32,8 @@ func demoOrigin(trusted []netip.Prefix) http.Handler {
 		if err != nil {
 			if bodyQuotaExceeded(r) {
 				writeBodyQuota(w, r)
+			} else if bodyTimedOut(r) {
+				writeBodyTimeout(w)
 			} else {
 				writeProblem(w, http.StatusBadRequest, "Bad Request", "reading the request body failed")
 			}

@@ -156,12 +156,10 @@ func (a *h2Abuse) frame(typ, flags uint8, n int, id uint32) {
 			a.abused = "SETTINGS or PING flood"
 		}
 	case h2FramePriority:
-		if !a.control.take(time.Now()) {
-			a.abused = "PRIORITY flood"
-			return
-		}
 		if n == 5 {
-			a.frameTyp, a.frameID, a.want, a.got = typ, id, 5, 0
+			a.frameTyp, a.frameID, a.want, a.got = typ, id, 5, 0 // judged by capture
+		} else {
+			a.priority() // a connection error for the server anyway
 		}
 	case h2FrameWindowUpdate:
 		if n == 4 && id != 0 {
@@ -187,7 +185,16 @@ func (a *h2Abuse) capture(b []byte) {
 	case h2FramePriority:
 		if binary.BigEndian.Uint32(a.payload[:4])&0x7fffffff == a.frameID {
 			a.reset() // a stream depending on itself: the server resets it
+		} else {
+			a.priority()
 		}
+	}
+}
+
+// priority counts a PRIORITY frame against the control frames' bucket.
+func (a *h2Abuse) priority() {
+	if !a.control.take(time.Now()) {
+		a.abused = "PRIORITY flood"
 	}
 }
 

@@ -30,6 +30,8 @@ type headerGuardListener struct {
 	net.Listener // yields *tls.Conn
 	timeout      time.Duration
 	report       func(addr netip.Addr, charge int, reason string)
+	// writeTimeout returns limits.write_timeout in force (limits.go); nil: none.
+	writeTimeout func() time.Duration
 }
 
 func (l headerGuardListener) Accept() (net.Conn, error) {
@@ -43,6 +45,7 @@ func (l headerGuardListener) Accept() (net.Conn, error) {
 	}
 	g := &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}
 	g.abuse.report = l.report
+	g.writeTimeout = l.writeTimeout
 	return g, nil
 }
 
@@ -67,7 +70,50 @@ type h2HeaderGuard struct {
 	nhdr    int  // bytes of the frame header read so far
 	hdr     [h2FrameHeaderLen]byte
 	abuse   h2Abuse
+
+	// writeTimeout is limits.write_timeout, read per write (a reload changes it).
+	writeTimeout func() time.Duration
 }
+
+// Write writes to the TLS connection in pieces of at most writePiece bytes, each with
+// a deadline of limits.write_timeout from its start: a client that reads slower than
+// writePiece per write_timeout (273 B/s at the default 60 s), or not at all, fails
+// the write, and the HTTP server closes the connection. TLS cuts records of 16 KiB
+// anyway, so the pieces cost a deadline each and nothing more. Writes come from one
+// goroutine at a time (the HTTP/1.1 connection's, or HTTP/2's writer; the abuse
+// GOAWAY bypasses this method). A write that times out makes the close a reset.
+func (c *h2HeaderGuard) Write(p []byte) (int, error) {
+	var d time.Duration
+	if c.writeTimeout != nil {
+		d = c.writeTimeout()
+	}
+	if d <= 0 {
+		return c.Conn.Write(p)
+	}
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), writePiece)
+		c.Conn.SetWriteDeadline(time.Now().Add(d))
+		m, err := c.Conn.Write(p[:k])
+		n += m
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				// Drop what the kernel still holds for this client: a close would
+				// queue the FIN behind megabytes the client reads at its trickle.
+				if tc, ok := c.NetConn().(*net.TCPConn); ok {
+					tc.SetLinger(0)
+				}
+			}
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// writePiece is the most Write sends under one deadline: the progress a client must
+// make per write_timeout.
+const writePiece = 16 << 10
 
 // Read reads from the TLS connection and follows the frames it returns.
 func (c *h2HeaderGuard) Read(p []byte) (int, error) {

@@ -69,6 +69,10 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeBodyQuota(w, r)
 		return
 	}
+	if bodyTimedOut(r) {
+		writeBodyTimeout(w)
+		return
+	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		writeProblem(w, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")

@@ -408,7 +408,7 @@ func (s *Server) Serve() error {
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
-	h3s := newH3Serve(h3, s.headerTimeout(), s.log)
+	h3s := newH3Serve(h3, s.headerTimeout(), s.log, s.admitH3Stream)
 	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
@@ -424,7 +424,8 @@ func (s *Server) Serve() error {
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
 		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
-		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(), report: s.chargeAbuse})
+		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(),
+			report: s.chargeAbuse, writeTimeout: s.writeTimeout})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {

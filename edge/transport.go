@@ -214,6 +214,27 @@ func (s *Server) kickTCP(p netip.Prefix) int {
 // source's stream budget: nothing in it is computed per request.
 var tooManyStreams = []byte(`{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"too many requests from this source"}`)
 
+// admitH3Stream charges a new HTTP/3 request stream from addr to the source's stream
+// budget, as streamBudget charges an HTTP/1.1 or HTTP/2 request, but before quic-go
+// reads the HEADERS frame: streams that never send one are bounded by the budget
+// too. Over it, the stream is refused and the source charged toward a ban, unless it
+// is a trusted proxy (whose clients' addresses are not known yet).
+func (s *Server) admitH3Stream(addr netip.Addr) bool {
+	now := time.Now()
+	if s.box.Banned(addr) {
+		s.metrics.refusedStream(3, reasonBanned)
+		return false
+	}
+	if s.guard.AllowStream(addr, now) {
+		return true
+	}
+	if !slices.ContainsFunc(s.rules.Load().trusted, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+		s.box.Reject(addr, now)
+	}
+	s.metrics.refusedStream(3, reasonRate)
+	return false
+}
+
 // streamBudget refuses requests over their source's stream budget before anything
 // else looks at them: HTTP/3 streams are reset with H3_REQUEST_REJECTED (no response
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
@@ -226,7 +247,8 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		// refused here without a policy or a computed field.
 		trusted := s.rules.Load().trusted
 		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(clientAddr(r, trusted))
-		if !banned && s.guard.AllowStream(peer, now) {
+		// HTTP/3 streams were charged when h3Serve accepted them (admitH3Stream).
+		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
 			next.ServeHTTP(w, r)
 			return
 		}
