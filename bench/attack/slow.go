@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"time"
@@ -109,10 +110,11 @@ func slowRead(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) err
 	buf := make([]byte, 1024)
 	tick := time.NewTicker(t.Interval)
 	defer tick.Stop()
+	raw, _ := c.NetConn().(*net.TCPConn)
 	for {
 		n, err := io.ReadFull(resp.Body, buf)
 		rec.sent.Add(int64(n)) // bytes the attacker took: its "requests"
-		if err != nil {
+		if err != nil || raw != nil && peerGone(raw) {
 			return nil
 		}
 		select {

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"net"
 	"syscall"
 )
 
@@ -18,4 +19,22 @@ func setRcvBuf(n int) func(ctx context.Context, network, address string, c sysca
 		}
 		return serr
 	}
+}
+
+// peerGone reports whether the server has reset or finished c, without reading what
+// it sent: a slow reader holds a TLS record or more of data in its buffers and would
+// otherwise see the end only once it has read its way there, seconds later.
+func peerGone(c *net.TCPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := false
+	var b [1]byte
+	rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		gone = err == syscall.ECONNRESET || err == nil && n == 0
+		return true
+	})
+	return gone
 }
