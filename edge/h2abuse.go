@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // The HTTP/2 abuse guard. Go's HTTP/2 server hides frames from handlers and bounds
@@ -33,6 +35,12 @@ import (
 //   - CONTINUATION frames: at most h2MaxContinuations in one header section, at most
 //     h2MaxEmptyContinuations of them empty. A 256 KiB section (the parse limit) needs
 //     16 frames of 16 KiB.
+//   - new streams: at most h2StreamsFactor times the source's stream budget (ip.streams)
+//     on one connection. A client over its budget gets 429s from the handler chain,
+//     which ban it long before; but requests that Go's HTTP/2 server answers itself
+//     (431 for a header block that decodes past the parse limit: an HPACK bomb of
+//     one-byte references to a 4 KB table entry) never reach the chain. Charged:
+//     ip.streams.burst, the streams opened past the budget, as 429s would have been.
 //   - empty frames (DATA without payload or END_STREAM, HEADERS or CONTINUATION without
 //     payload or END_HEADERS) and control frames (SETTINGS, PING, PRIORITY without ACK):
 //     each in a token bucket of h2FrameBurst refilled at h2FrameRate per second.
@@ -46,6 +54,7 @@ const (
 	h2FrameBurst            = 100
 	h2FrameRate             = 10
 	h2AbuseCharge           = 10
+	h2StreamsFactor         = 2
 )
 
 // HTTP/2 frame types and flags the abuse guard reads, beyond those of the header
@@ -71,6 +80,8 @@ var errH2Abuse = errors.New("edge: HTTP/2 connection closed for abuse")
 type h2Abuse struct {
 	// report charges the source; nil: no abuse checks (tests of the header timeout).
 	report func(addr netip.Addr, charge int, reason string)
+	// streams returns ip.streams in force; nil: new streams are not counted.
+	streams func() config.Rate
 	// completed counts the connection's requests whose handler returned without the
 	// stream being reset, written by the handler goroutines (h2Completions).
 	completed atomic.Int64
@@ -88,8 +99,10 @@ type h2Abuse struct {
 	endedAt  int
 	empty    h2Bucket
 	control  h2Bucket
-	abused   string // why the connection is to be ended; "" while it is not
-	closed   bool   // endAbuse has run
+	opens    h2Bucket // new streams, against h2StreamsFactor × ip.streams
+	over     int      // streams opened past the source's budget, when opens ran out
+	abused   string   // why the connection is to be ended; "" while it is not
+	closed   bool     // endAbuse has run
 }
 
 // h2Bucket is a token bucket of h2FrameBurst tokens refilled at h2FrameRate per
@@ -101,10 +114,15 @@ type h2Bucket struct {
 
 // take takes a token at now and reports whether there was one.
 func (b *h2Bucket) take(now time.Time) bool {
+	return b.takeOf(now, h2FrameRate, h2FrameBurst)
+}
+
+// takeOf is take for a bucket of burst tokens refilled at rate per second.
+func (b *h2Bucket) takeOf(now time.Time, rate, burst float64) bool {
 	if b.last.IsZero() {
-		b.tokens = h2FrameBurst
+		b.tokens = burst
 	} else {
-		b.tokens = min(h2FrameBurst, b.tokens+now.Sub(b.last).Seconds()*h2FrameRate)
+		b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
 	}
 	b.last = now
 	if b.tokens < 1 {
@@ -125,6 +143,13 @@ func (a *h2Abuse) frame(typ, flags uint8, n int, id uint32) {
 		a.conts, a.empties = 0, 0
 		if id > a.lastID {
 			a.lastID = id
+			if a.streams != nil {
+				r := a.streams()
+				if !a.opens.takeOf(time.Now(), h2StreamsFactor*r.Rate, h2StreamsFactor*float64(r.Burst)) {
+					a.abused = "streams opened past twice the stream budget"
+					a.over = r.Burst
+				}
+			}
 		}
 		if flags&h2FlagEndStream != 0 {
 			a.end(id)
@@ -222,12 +247,15 @@ func (a *h2Abuse) reset() {
 	}
 }
 
-// charge is what the abuse costs the source, in rejections.
+// charge is what the abuse costs the source, in rejections: the resets past the
+// completed streams, or the streams opened past the source's budget (at least a
+// burst's worth, when twice the budget ran out), as 429s would have counted them;
+// otherwise h2AbuseCharge.
 func (a *h2Abuse) charge() int {
 	if over := a.resets - a.completed.Load(); over > h2ResetSlack {
 		return int(over)
 	}
-	return h2AbuseCharge
+	return max(a.over, h2AbuseCharge)
 }
 
 // goAway returns a GOAWAY frame with ENHANCE_YOUR_CALM, naming the last stream the
@@ -304,3 +332,6 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 			"charge", charge, "banned", banned, "suppressed", suppressed)
 	}
 }
+
+// streamRate returns ip.streams in force.
+func (s *Server) streamRate() config.Rate { return s.config().IP.Streams }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/h3edge/h3edge/edge/config"
 )
 
 // The header read timeout (readHeaderTimeout) on every protocol: a request whose header
@@ -32,6 +34,9 @@ type headerGuardListener struct {
 	report       func(addr netip.Addr, charge int, reason string)
 	// writeTimeout returns limits.write_timeout in force (limits.go); nil: none.
 	writeTimeout func() time.Duration
+	// streams returns ip.streams in force, which bounds new streams per connection
+	// (h2abuse.go); nil: not bounded.
+	streams func() config.Rate
 }
 
 func (l headerGuardListener) Accept() (net.Conn, error) {
@@ -46,6 +51,7 @@ func (l headerGuardListener) Accept() (net.Conn, error) {
 	g := &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}
 	g.abuse.report = l.report
 	g.writeTimeout = l.writeTimeout
+	g.abuse.streams = l.streams
 	return g, nil
 }
 

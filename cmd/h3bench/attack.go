@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/attack"
 	"github.com/h3edge/h3edge/bench/scenario"
 )
 
@@ -67,6 +70,9 @@ func runAttack(args []string, stdout, stderr io.Writer) int {
 	if !*quiet {
 		opt.Log = stderr
 	}
+	if self, err := os.Executable(); err == nil {
+		opt.AttackCommand = func(args []string) []string { return append([]string{self, "attack-client"}, args...) }
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := scenario.RunAttack(ctx, name, opt)
@@ -87,6 +93,56 @@ func runAttack(args []string, stdout, stderr io.Writer) int {
 	}
 	if !rep.Holds {
 		return exitFails
+	}
+	return exitHolds
+}
+
+// runAttackClient runs h3bench attack-client (not advertised): the attacker of
+// h3bench attack, in a process of its own; it prints what it got as JSON.
+func runAttackClient(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("h3bench attack-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		name     = fs.String("attack", "", "attack name")
+		addr     = fs.String("addr", "", "target address, 127.0.0.1:PORT")
+		sources  = fs.String("sources", "", "attacker source addresses")
+		conns    = fs.Int("conns", 0, "connections per source (0: the attack's default)")
+		duration = fs.Duration("duration", 0, "how long to attack")
+		interval = fs.Duration("interval", 0, "pacing of the slow attacks (0: 1s)")
+		pin      = fs.String("pin", "", "the server's SPKI pin")
+	)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	a, err := attack.Lookup(*name)
+	if err != nil {
+		fmt.Fprintf(stderr, "h3bench attack-client: %v\n", err)
+		return exitUsage
+	}
+	dst, err := netip.ParseAddrPort(*addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "h3bench attack-client: -addr: %v\n", err)
+		return exitUsage
+	}
+	srcs, err := bench.ParseSources(*sources)
+	if err != nil {
+		fmt.Fprintf(stderr, "h3bench attack-client: -sources: %v\n", err)
+		return exitUsage
+	}
+	tc, err := bench.TLSConfig(dst.Addr().String(), nil, []string{*pin}, true)
+	if err != nil {
+		fmt.Fprintf(stderr, "h3bench attack-client: %v\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out, err := a.Run(ctx, attack.Target{Addr: dst, Sources: srcs, Conns: *conns, TLS: tc, Duration: *duration, Interval: *interval})
+	if err != nil {
+		fmt.Fprintf(stderr, "h3bench attack-client: %v\n", err)
+		return exitNoRun
+	}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		return exitNoRun
 	}
 	return exitHolds
 }

@@ -24,7 +24,8 @@
 // with the scenarios' exit codes. `h3bench attack` alone lists them.
 //
 // "h3bench serve-bare -listen ADDR" (not advertised) runs the bare baseline server the
-// scenarios compare h3edge with.
+// scenarios compare h3edge with; "h3bench attack-client" (not advertised either) is
+// the attacker h3bench attack starts as a process of its own.
 package main
 
 import (
@@ -61,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runScenario(args[1:], stdout, stderr)
 		case "attack":
 			return runAttack(args[1:], stdout, stderr)
+		case "attack-client":
+			return runAttackClient(args[1:], stdout, stderr)
 		case "serve-bare":
 			return serveBare(args[1:], stderr)
 		}

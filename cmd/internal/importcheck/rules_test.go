@@ -68,7 +68,8 @@ var rules = []rule{
 	}},
 	{pkg: "bench/chart"},
 	{pkg: "cmd/h3edge", imports: []string{"edge"}, tests: []string{"bench"}},
-	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
+	// bench/attack: the attack-client subcommand runs an attack in a process of its own.
+	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/attack", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
 
