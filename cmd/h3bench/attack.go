@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 
@@ -42,25 +41,8 @@ func runAttack(args []string, stdout, stderr io.Writer) int {
 		}
 		tw.Flush()
 	}
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return exitUsage
-		}
-	}
-	if name == "" {
-		fs.Usage()
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "h3bench attack: unexpected argument %q\n", fs.Arg(0))
+	name, ok := parseNamed(fs, args, stderr)
+	if !ok {
 		return exitUsage
 	}
 	if _, err := scenario.AttackSummary(name); err != nil {
