@@ -35,12 +35,13 @@ import (
 //   - CONTINUATION frames: at most h2MaxContinuations in one header section, at most
 //     h2MaxEmptyContinuations of them empty. A 256 KiB section (the parse limit) needs
 //     16 frames of 16 KiB.
-//   - new streams: at most h2StreamsFactor times the source's stream budget (ip.streams)
-//     on one connection. A client over its budget gets 429s from the handler chain,
-//     which ban it long before; but requests that Go's HTTP/2 server answers itself
-//     (431 for a header block that decodes past the parse limit: an HPACK bomb of
-//     one-byte references to a 4 KB table entry) never reach the chain. Charged:
-//     ip.streams.burst, the streams opened past the budget, as 429s would have been.
+//   - new streams: on one connection, at most the source's stream budget's burst
+//     (ip.streams) at once and h2StreamsFactor times its rate after. A client over its
+//     budget gets 429s from the handler chain, which ban it long before; but requests
+//     that Go's HTTP/2 server answers itself (431 for a header block that decodes past
+//     the parse limit: an HPACK bomb of one-byte references to a 4 KB table entry)
+//     never reach the chain. Charged: ip.streams.burst, about the streams opened past
+//     the budget, as 429s would have been.
 //   - empty frames (DATA without payload or END_STREAM, HEADERS or CONTINUATION without
 //     payload or END_HEADERS) and control frames (SETTINGS, PING, PRIORITY without ACK):
 //     each in a token bucket of h2FrameBurst refilled at h2FrameRate per second.
@@ -99,7 +100,7 @@ type h2Abuse struct {
 	endedAt  int
 	empty    h2Bucket
 	control  h2Bucket
-	opens    h2Bucket // new streams, against h2StreamsFactor × ip.streams
+	opens    h2Bucket // new streams, against ip.streams (h2StreamsFactor × its rate)
 	over     int      // streams opened past the source's budget, when opens ran out
 	abused   string   // why the connection is to be ended; "" while it is not
 	closed   bool     // endAbuse has run
@@ -145,7 +146,7 @@ func (a *h2Abuse) frame(typ, flags uint8, n int, id uint32) {
 			a.lastID = id
 			if a.streams != nil {
 				r := a.streams()
-				if !a.opens.takeOf(time.Now(), h2StreamsFactor*r.Rate, h2StreamsFactor*float64(r.Burst)) {
+				if !a.opens.takeOf(time.Now(), h2StreamsFactor*r.Rate, float64(r.Burst)) {
 					a.abused = "streams opened past twice the stream budget"
 					a.over = r.Burst
 				}
