@@ -77,17 +77,23 @@ type h2HeaderGuard struct {
 	hdr     [h2FrameHeaderLen]byte
 	abuse   h2Abuse
 
-	// writeTimeout is limits.write_timeout, read per write (a reload changes it).
+	// writeTimeout is limits.write_timeout, read per write (a reload changes it);
+	// wdl is the write deadline in force and wrote what was written since it was set.
 	writeTimeout func() time.Duration
+	wdl          time.Time
+	wrote        int
 }
 
-// Write writes to the TLS connection in pieces of at most writePiece bytes, each with
-// a deadline of limits.write_timeout from its start: a client that reads slower than
-// writePiece per write_timeout (273 B/s at the default 60 s), or not at all, fails
-// the write, and the HTTP server closes the connection. TLS cuts records of 16 KiB
-// anyway, so the pieces cost a deadline each and nothing more. Writes come from one
-// goroutine at a time (the HTTP/1.1 connection's, or HTTP/2's writer; the abuse
-// GOAWAY bypasses this method). A write that times out makes the close a reset.
+// Write writes to the TLS connection under limits.write_timeout: the connection must
+// take writePiece bytes within each write_timeout while writes are waiting, or the
+// write fails and the HTTP server closes the connection — a client that reads slower
+// than 16 KiB per write_timeout (273 B/s at the default 60 s), or not at all. The
+// deadline moves on once writePiece bytes have gone since it was set (so writes of a
+// few KiB each, net/http's buffer, do not each buy a full timeout), and is set afresh
+// when a write starts after it passed while nothing was written (an idle connection).
+// Writes come from one goroutine at a time (the HTTP/1.1 connection's, or HTTP/2's
+// writer; the abuse GOAWAY bypasses this method). A write that times out makes the
+// close a reset.
 func (c *h2HeaderGuard) Write(p []byte) (int, error) {
 	var d time.Duration
 	if c.writeTimeout != nil {
@@ -99,13 +105,17 @@ func (c *h2HeaderGuard) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), writePiece)
-		c.Conn.SetWriteDeadline(time.Now().Add(d))
+		if now := time.Now(); c.wrote >= writePiece || now.After(c.wdl) {
+			c.wdl, c.wrote = now.Add(d), 0
+			c.Conn.SetWriteDeadline(c.wdl)
+		}
 		m, err := c.Conn.Write(p[:k])
 		n += m
+		c.wrote += m
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				// Drop what the kernel still holds for this client: a close would
-				// queue the FIN behind megabytes the client reads at its trickle.
+				// queue the FIN behind what the client reads at its trickle.
 				if tc, ok := c.NetConn().(*net.TCPConn); ok {
 					tc.SetLinger(0)
 				}

@@ -134,3 +134,8 @@ func writeBodyTimeout(w http.ResponseWriter) {
 
 // writeTimeout returns limits.write_timeout in force.
 func (s *Server) writeTimeout() time.Duration { return s.config().Limits.WriteTimeout }
+
+// notSentLimit is the most the kernel may hold unsent for one TCP connection
+// (limitUnsent): enough to keep a fast client's pipe full between two wake-ups of
+// the writer.
+const notSentLimit = 128 << 10

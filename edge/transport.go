@@ -156,6 +156,7 @@ func (l guardedListener) Accept() (net.Conn, error) {
 		// stack (a stack copy per flush). Its slot is found again by the conn when
 		// the server reports it closed (connState).
 		l.s.tcpConns.Store(c, &tcpSlot{slot: slot, addr: addr})
+		limitUnsent(c)
 		return c, nil
 	}
 }
