@@ -295,6 +295,54 @@ func TestBodyReadTimeout(t *testing.T) {
 	})
 }
 
+// TestBodyReadTimeoutH3: the same over HTTP/3, the body a reader that yields one
+// byte per 200 ms.
+func TestBodyReadTimeoutH3(t *testing.T) {
+	t.Parallel()
+	const d = time.Second
+	e := startEdge(t, func(c *config.Config) { c.Limits.BodyReadTimeout = d })
+	tr := &http3.Transport{TLSClientConfig: insecureTLS.Clone()}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/", &tricklingBody{ctx: ctx, n: 100})
+	req.ContentLength = 100
+	start := time.Now()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("status %d, want 408", resp.StatusCode)
+	}
+	if took := time.Since(start); took < d || took > d+2*time.Second {
+		t.Errorf("408 after %v, want within 2 s after %v", took, d)
+	}
+}
+
+// tricklingBody yields n bytes, one per 200 ms, until its context ends.
+type tricklingBody struct {
+	ctx context.Context
+	n   int
+}
+
+func (b *tricklingBody) Read(p []byte) (int, error) {
+	if b.n == 0 {
+		return 0, io.EOF
+	}
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-b.ctx.Done():
+		return 0, b.ctx.Err()
+	case <-t.C:
+	}
+	b.n--
+	p[0] = 'x'
+	return 1, nil
+}
+
 // TestWriteTimeout: a client that asks for 64 MB and reads nothing has its
 // connection reset once a write has made no progress for write_timeout, and what the
 // kernel held for it is dropped.

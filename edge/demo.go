@@ -33,7 +33,7 @@ func demoOrigin(trusted []netip.Prefix) http.Handler {
 			if bodyQuotaExceeded(r) {
 				writeBodyQuota(w, r)
 			} else if bodyTimedOut(r) {
-				writeBodyTimeout(w)
+				writeBodyTimeout(w, r)
 			} else {
 				writeProblem(w, http.StatusBadRequest, "Bad Request", "reading the request body failed")
 			}

@@ -124,10 +124,13 @@ func bodyTimedOut(r *http.Request) bool {
 	return ok && b.timedOut.Load()
 }
 
-// writeBodyTimeout answers a request whose body made no progress: 408, and the
-// connection (HTTP/1.1) is closed after it, as the body was not read to its end.
-func writeBodyTimeout(w http.ResponseWriter) {
-	w.Header()["Connection"] = []string{"close"}
+// writeBodyTimeout answers a request whose body made no progress: 408, and on
+// HTTP/1.1 the connection is closed after it, as the body was not read to its end
+// (HTTP/2 and HTTP/3 have no Connection field: the stream ends).
+func writeBodyTimeout(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 {
+		w.Header()["Connection"] = []string{"close"}
+	}
 	writeProblem(w, http.StatusRequestTimeout, "Request Timeout",
 		"the request body made no progress for limits.body_read_timeout")
 }

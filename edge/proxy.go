@@ -70,7 +70,7 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	if bodyTimedOut(r) {
-		writeBodyTimeout(w)
+		writeBodyTimeout(w, r)
 		return
 	}
 	var ne net.Error
