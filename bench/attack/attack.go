@@ -55,7 +55,7 @@ type Attack struct {
 	Conns int
 	// conn runs one connection of the attack until it ends; it reports what happened
 	// to rec.
-	conn func(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error
+	conn func(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error
 }
 
 // attacks is the registry, in the README's order.
@@ -132,7 +132,7 @@ func (a *Attack) Run(ctx context.Context, t Target) (*Outcome, error) {
 // worker runs connections of the attack one after another until ctx ends. A refused
 // connection is retried after redialPause: an attacker reconnects, but a loop
 // without pause would measure only how fast loopback refuses.
-func (a *Attack) worker(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) {
+func (a *Attack) worker(ctx context.Context, t *Target, src netip.Addr, rec *recorder) {
 	pause := time.NewTimer(0)
 	defer pause.Stop()
 	for ctx.Err() == nil {
@@ -184,8 +184,8 @@ type Outcome struct {
 	LastError string `json:"last_error,omitempty"`
 }
 
-// Recorder collects an attack's events from its workers. Safe for concurrent use.
-type Recorder struct {
+// recorder collects an attack's events from its workers. Safe for concurrent use.
+type recorder struct {
 	conns, refused, sent, closed, held atomic.Int64
 	open, peak                         atomic.Int64
 	lastError                          atomic.Value // string
@@ -196,12 +196,12 @@ type Recorder struct {
 	lives  []time.Duration
 }
 
-func newRecorder() *Recorder {
-	return &Recorder{status: map[int]int64{}, goaway: map[string]int64{}}
+func newRecorder() *recorder {
+	return &recorder{status: map[int]int64{}, goaway: map[string]int64{}}
 }
 
 // opened counts a connection (or stream) in; the returned function counts it out.
-func (r *Recorder) opened() (closed func()) {
+func (r *recorder) opened() (closed func()) {
 	r.conns.Add(1)
 	n := r.open.Add(1)
 	for {
@@ -216,7 +216,7 @@ func (r *Recorder) opened() (closed func()) {
 // ended records how a connection ended: closed by the server after life of abuse,
 // or still held when the attack stopped. A connection's deadline is the attack's end
 // (dialTLS), so a failure in the last moments is the attack stopping, not the server.
-func (r *Recorder) ended(ctx context.Context, life time.Duration) {
+func (r *recorder) ended(ctx context.Context, life time.Duration) {
 	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < endSlack {
 		r.held.Add(1)
 		return
@@ -227,19 +227,19 @@ func (r *Recorder) ended(ctx context.Context, life time.Duration) {
 	r.mu.Unlock()
 }
 
-func (r *Recorder) response(status int) {
+func (r *recorder) response(status int) {
 	r.mu.Lock()
 	r.status[status]++
 	r.mu.Unlock()
 }
 
-func (r *Recorder) goAway(code string) {
+func (r *recorder) goAway(code string) {
 	r.mu.Lock()
 	r.goaway[code]++
 	r.mu.Unlock()
 }
 
-func (r *Recorder) outcome() *Outcome {
+func (r *recorder) outcome() *Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := &Outcome{

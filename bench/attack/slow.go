@@ -21,7 +21,7 @@ const slowHeader = "X-Slow: 1\r\n"
 
 // slowloris sends a request line at once and then its header section one byte per
 // interval: the server must end it at its header timeout.
-func slowloris(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func slowloris(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	c, err := dialTLS(ctx, t, src, "http/1.1", 0)
 	if err != nil {
 		return err
@@ -34,7 +34,7 @@ const slowPostLength = "10000000"
 
 // slowPost sends a POST's header section at once and its body one byte per interval:
 // the server must answer 408 once its body read timeout passes without progress.
-func slowPost(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func slowPost(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	c, err := dialTLS(ctx, t, src, "http/1.1", 0)
 	if err != nil {
 		return err
@@ -45,7 +45,7 @@ func slowPost(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) err
 // trickle writes head, then one byte of tail (cycling) per interval, until the server
 // answers or closes the connection, or ctx ends. An answer's status is recorded; the
 // connection's life is counted from the first byte.
-func trickle(ctx context.Context, t *Target, c *tls.Conn, rec *Recorder, head, tail string) error {
+func trickle(ctx context.Context, t *Target, c *tls.Conn, rec *recorder, head, tail string) error {
 	done := rec.opened()
 	defer done()
 	start := time.Now()
@@ -86,7 +86,7 @@ func trickle(ctx context.Context, t *Target, c *tls.Conn, rec *Recorder, head, t
 // slowRead asks for 64 MB and reads it one KiB per interval through a 4 KiB receive
 // buffer: the server's writes stall, and it must close the connection once its write
 // timeout passes without progress.
-func slowRead(ctx context.Context, t *Target, src netip.Addr, rec *Recorder) error {
+func slowRead(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
 	c, err := dialTLS(ctx, t, src, "http/1.1", 4096)
 	if err != nil {
 		return err
