@@ -68,81 +68,57 @@ func h2ReadToEnd(t *testing.T, conn net.Conn, fr *http2.Framer) (calm bool) {
 // charged — Rapid Reset and MadeYouReset so much that one connection bans it.
 func TestH2AbuseEndsConnection(t *testing.T) {
 	t.Parallel()
+	// requests sends 300 requests, each followed by then(id).
+	requests := func(path string, then func(fr *http2.Framer, id uint32) error) func(*http2.Framer) error {
+		return func(fr *http2.Framer) error {
+			for id := uint32(1); id < 600; id += 2 {
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", path), EndStream: true, EndHeaders: true})
+				if err := then(fr, id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	// repeat sends first (if any), then n frames of send.
+	repeat := func(n int, first func(fr *http2.Framer), send func(fr *http2.Framer, i int) error) func(*http2.Framer) error {
+		return func(fr *http2.Framer) error {
+			if first != nil {
+				first(fr)
+			}
+			for i := range n {
+				if err := send(fr, i); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	abuses := []struct {
 		name   string
 		banned bool // by one connection
 		send   func(fr *http2.Framer) error
 	}{
-		{"rapid reset", true, func(fr *http2.Framer) error {
-			for id := uint32(1); id < 600; id += 2 {
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", "/"), EndStream: true, EndHeaders: true})
-				if err := fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"window update 0", true, func(fr *http2.Framer) error {
-			for id := uint32(1); id < 600; id += 2 {
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", "/slow?ms=500"), EndStream: true, EndHeaders: true})
-				if err := fr.WriteWindowUpdate(id, 0); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"data after end stream", true, func(fr *http2.Framer) error {
-			for id := uint32(1); id < 600; id += 2 {
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", "/slow?ms=500"), EndStream: true, EndHeaders: true})
-				if err := fr.WriteData(id, false, []byte("x")); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"self-dependent priority", true, func(fr *http2.Framer) error {
-			for id := uint32(1); id < 600; id += 2 {
-				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", "/slow?ms=500"), EndStream: true, EndHeaders: true})
-				if err := fr.WritePriority(id, http2.PriorityParam{StreamDep: id, Weight: 1}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"empty continuation", false, func(fr *http2.Framer) error {
+		{"rapid reset", true, requests("/", func(fr *http2.Framer, id uint32) error {
+			return fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		})},
+		{"window update 0", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WriteWindowUpdate(id, 0)
+		})},
+		{"data after end stream", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WriteData(id, false, []byte("x"))
+		})},
+		{"self-dependent priority", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WritePriority(id, http2.PriorityParam{StreamDep: id, Weight: 1})
+		})},
+		{"empty continuation", false, repeat(100, func(fr *http2.Framer) {
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/"), EndStream: true})
-			for range 100 {
-				if err := fr.WriteContinuation(1, false, nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"ping flood", false, func(fr *http2.Framer) error {
-			for i := range 300 {
-				if err := fr.WritePing(false, [8]byte{byte(i)}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"settings flood", false, func(fr *http2.Framer) error {
-			for range 300 {
-				if err := fr.WriteSettings(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"empty data", false, func(fr *http2.Framer) error {
+		}, func(fr *http2.Framer, _ int) error { return fr.WriteContinuation(1, false, nil) })},
+		{"ping flood", false, repeat(300, nil, func(fr *http2.Framer, i int) error { return fr.WritePing(false, [8]byte{byte(i)}) })},
+		{"settings flood", false, repeat(300, nil, func(fr *http2.Framer, _ int) error { return fr.WriteSettings() })},
+		{"empty data", false, repeat(300, func(fr *http2.Framer) {
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("POST", "/"), EndHeaders: true})
-			for range 300 {
-				if err := fr.WriteData(1, false, nil); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
+		}, func(fr *http2.Framer, _ int) error { return fr.WriteData(1, false, nil) })},
 	}
 	for _, a := range abuses {
 		t.Run(a.name, func(t *testing.T) {

