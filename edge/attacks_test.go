@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -114,6 +115,21 @@ func TestH2AbuseEndsConnection(t *testing.T) {
 		{"empty continuation", false, repeat(100, func(fr *http2.Framer) {
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/"), EndStream: true})
 		}, func(fr *http2.Framer, _ int) error { return fr.WriteContinuation(1, false, nil) })},
+		{"hpack bomb", true, func(fr *http2.Framer) error {
+			// One 4 KB field in the dynamic table (index 62), then blocks of 96 one-byte
+			// references to it: each decodes past the parse limit, and Go's HTTP/2
+			// server answers 431 itself, unseen by the chain.
+			bomb := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/", bomb), EndStream: true, EndHeaders: true})
+			refs := bytes.Repeat([]byte{0x80 | 62}, 96)
+			for id := uint32(3); id < 2000; id += 2 {
+				block := append(h2Block("GET", "/"), refs...)
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 		{"ping flood", false, repeat(300, nil, func(fr *http2.Framer, i int) error { return fr.WritePing(false, [8]byte{byte(i)}) })},
 		{"settings flood", false, repeat(300, nil, func(fr *http2.Framer, _ int) error { return fr.WriteSettings() })},
 		{"empty data", false, repeat(300, func(fr *http2.Framer) {
@@ -398,7 +414,8 @@ func BenchmarkH2GuardFollow(b *testing.B) {
 			g := &h2HeaderGuard{}
 			if on {
 				g.abuse.report = func(netip.Addr, int, string) {}
-				g.abuse.streams = func() config.Rate { return config.Rate{Rate: 1e9, Burst: 1e9} }
+				g.abuse.maxUnseen = 500
+				g.abuse.seen.Store(1 << 40) // the chain keeps up
 			}
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {

@@ -9,8 +9,6 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
-
-	"github.com/h3edge/h3edge/edge/config"
 )
 
 // The HTTP/2 abuse guard. Go's HTTP/2 server hides frames from handlers and bounds
@@ -35,13 +33,14 @@ import (
 //   - CONTINUATION frames: at most h2MaxContinuations in one header section, at most
 //     h2MaxEmptyContinuations of them empty. A 256 KiB section (the parse limit) needs
 //     16 frames of 16 KiB.
-//   - new streams: on one connection, at most the source's stream budget's burst
-//     (ip.streams) at once and h2StreamsFactor times its rate after. A client over its
-//     budget gets 429s from the handler chain, which ban it long before; but requests
-//     that Go's HTTP/2 server answers itself (431 for a header block that decodes past
-//     the parse limit: an HPACK bomb of one-byte references to a 4 KB table entry)
-//     never reach the chain. Charged: ip.streams.burst, about the streams opened past
-//     the budget, as 429s would have been.
+//   - unseen streams: requests that Go's HTTP/2 server answers itself and never hands
+//     to the chain, where the stream budget and the penalty box would see them (431 for
+//     a header block that decodes past the parse limit: an HPACK bomb of one-byte
+//     references to a 4 KB table entry; 400 for a malformed request). The streams
+//     opened minus those the chain has seen may exceed maxUnseen, twice the streams a
+//     client may have open (2 × ip.max_streams_per_connection: a handler not yet
+//     started is one of those), by h2ResetSlack. Charged: the streams past that, as
+//     429s would have been.
 //   - empty frames (DATA without payload or END_STREAM, HEADERS or CONTINUATION without
 //     payload or END_HEADERS) and control frames (SETTINGS, PING, PRIORITY without ACK):
 //     each in a token bucket of h2FrameBurst refilled at h2FrameRate per second.
@@ -55,7 +54,6 @@ const (
 	h2FrameBurst            = 100
 	h2FrameRate             = 10
 	h2AbuseCharge           = 10
-	h2StreamsFactor         = 2
 )
 
 // HTTP/2 frame types and flags the abuse guard reads, beyond those of the header
@@ -81,8 +79,10 @@ var errH2Abuse = errors.New("edge: HTTP/2 connection closed for abuse")
 type h2Abuse struct {
 	// report charges the source; nil: no abuse checks (tests of the header timeout).
 	report func(addr netip.Addr, charge int, reason string)
-	// streams returns ip.streams in force; nil: new streams are not counted.
-	streams func() config.Rate
+	// maxUnseen is how many streams may be opened and not yet seen by the chain;
+	// zero: not bounded. seen counts those the chain has seen (h2Completions).
+	maxUnseen int64
+	seen      atomic.Int64
 	// completed counts the connection's requests whose handler returned without the
 	// stream being reset, written by the handler goroutines (h2Completions).
 	completed atomic.Int64
@@ -100,10 +100,10 @@ type h2Abuse struct {
 	endedAt  int
 	empty    h2Bucket
 	control  h2Bucket
-	opens    h2Bucket // new streams, against ip.streams (h2StreamsFactor × its rate)
-	over     int      // streams opened past the source's budget, when opens ran out
-	abused   string   // why the connection is to be ended; "" while it is not
-	closed   bool     // endAbuse has run
+	opened   int64  // streams the client opened
+	over     int64  // unseen streams past the bound, when it was passed
+	abused   string // why the connection is to be ended; "" while it is not
+	closed   bool   // endAbuse has run
 }
 
 // h2Bucket is a token bucket of h2FrameBurst tokens refilled at h2FrameRate per
@@ -115,15 +115,10 @@ type h2Bucket struct {
 
 // take takes a token at now and reports whether there was one.
 func (b *h2Bucket) take(now time.Time) bool {
-	return b.takeOf(now, h2FrameRate, h2FrameBurst)
-}
-
-// takeOf is take for a bucket of burst tokens refilled at rate per second.
-func (b *h2Bucket) takeOf(now time.Time, rate, burst float64) bool {
 	if b.last.IsZero() {
-		b.tokens = burst
+		b.tokens = h2FrameBurst
 	} else {
-		b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
+		b.tokens = min(h2FrameBurst, b.tokens+now.Sub(b.last).Seconds()*h2FrameRate)
 	}
 	b.last = now
 	if b.tokens < 1 {
@@ -144,11 +139,11 @@ func (a *h2Abuse) frame(typ, flags uint8, n int, id uint32) {
 		a.conts, a.empties = 0, 0
 		if id > a.lastID {
 			a.lastID = id
-			if a.streams != nil {
-				r := a.streams()
-				if !a.opens.takeOf(time.Now(), h2StreamsFactor*r.Rate, float64(r.Burst)) {
-					a.abused = "streams opened past twice the stream budget"
-					a.over = r.Burst
+			a.opened++
+			if a.maxUnseen > 0 {
+				if over := a.opened - a.seen.Load() - a.maxUnseen; over > h2ResetSlack {
+					a.abused = "streams the server answered itself (HPACK bomb, malformed requests)"
+					a.over = over
 				}
 			}
 		}
@@ -249,14 +244,13 @@ func (a *h2Abuse) reset() {
 }
 
 // charge is what the abuse costs the source, in rejections: the resets past the
-// completed streams, or the streams opened past the source's budget (at least a
-// burst's worth, when twice the budget ran out), as 429s would have counted them;
-// otherwise h2AbuseCharge.
+// completed streams, or the unseen streams past their bound, as 429s would have
+// counted them; otherwise h2AbuseCharge.
 func (a *h2Abuse) charge() int {
 	if over := a.resets - a.completed.Load(); over > h2ResetSlack {
 		return int(over)
 	}
-	return max(a.over, h2AbuseCharge)
+	return int(max(a.over, h2AbuseCharge))
 }
 
 // goAway returns a GOAWAY frame with ENHANCE_YOUR_CALM, naming the last stream the
@@ -295,16 +289,19 @@ func (c *h2HeaderGuard) endAbuse() error {
 // h2ConnKey is the context key of an HTTP/2 connection's guard (ConnContext).
 type h2ConnKey struct{}
 
-// h2Completions counts the HTTP/2 requests completed on each guarded connection: those
-// whose handler returned while the stream was still open, the counterweight of the
-// resets the abuse guard counts.
+// h2Completions counts the HTTP/2 requests each guarded connection hands the chain
+// (seen), and those completed: whose handler returned while the stream was still
+// open, the counterweight of the resets the abuse guard counts.
 func h2Completions(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r)
-		if r.ProtoMajor != 2 || r.Context().Err() != nil {
+		g, _ := r.Context().Value(h2ConnKey{}).(*h2HeaderGuard)
+		if r.ProtoMajor != 2 || g == nil {
+			next.ServeHTTP(w, r)
 			return
 		}
-		if g, ok := r.Context().Value(h2ConnKey{}).(*h2HeaderGuard); ok {
+		g.abuse.seen.Add(1)
+		next.ServeHTTP(w, r)
+		if r.Context().Err() == nil {
 			g.abuse.completed.Add(1)
 		}
 	})
@@ -333,6 +330,3 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 			"charge", charge, "banned", banned, "suppressed", suppressed)
 	}
 }
-
-// streamRate returns ip.streams in force.
-func (s *Server) streamRate() config.Rate { return s.config().IP.Streams }

@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"time"
-
-	"github.com/h3edge/h3edge/edge/config"
 )
 
 // The header read timeout (readHeaderTimeout) on every protocol: a request whose header
@@ -34,9 +32,9 @@ type headerGuardListener struct {
 	report       func(addr netip.Addr, charge int, reason string)
 	// writeTimeout returns limits.write_timeout in force (limits.go); nil: none.
 	writeTimeout func() time.Duration
-	// streams returns ip.streams in force, which bounds new streams per connection
-	// (h2abuse.go); nil: not bounded.
-	streams func() config.Rate
+	// maxUnseen bounds the streams a connection may open that the chain does not
+	// see (h2abuse.go); zero: not bounded.
+	maxUnseen int64
 }
 
 func (l headerGuardListener) Accept() (net.Conn, error) {
@@ -51,7 +49,7 @@ func (l headerGuardListener) Accept() (net.Conn, error) {
 	g := &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}
 	g.abuse.report = l.report
 	g.writeTimeout = l.writeTimeout
-	g.abuse.streams = l.streams
+	g.abuse.maxUnseen = l.maxUnseen
 	return g, nil
 }
 

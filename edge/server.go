@@ -425,7 +425,8 @@ func (s *Server) Serve() error {
 	go func() {
 		ln := tls.NewListener(guardedListener{Listener: tcpLn, s: s}, h12.TLSConfig)
 		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(),
-			report: s.chargeAbuse, writeTimeout: s.writeTimeout, streams: s.streamRate})
+			report: s.chargeAbuse, writeTimeout: s.writeTimeout,
+			maxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection)})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {

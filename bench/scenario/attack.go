@@ -58,8 +58,10 @@ type attackPlan struct {
 	closeWithin time.Duration
 	status      int
 	rssFactor   float64
-	// rssPerConn replaces rssFactor for the slow attacks, whose point is holding
-	// connections: peak RSS above idle at most this much per connection held at once.
+	// rssPerConn replaces rssFactor for the slow attacks in full mode, whose point is
+	// holding connections: peak RSS above idle at most this much per connection held
+	// at once. (Short mode's few dozen connections are outweighed by the legitimate
+	// load's own memory: rssFactor holds there.)
 	rssPerConn int64
 }
 
@@ -111,6 +113,9 @@ func plan(name string, short bool) attackPlan {
 		if short {
 			p.duration = 6 * time.Second
 		}
+	}
+	if short {
+		p.rssPerConn = 0
 	}
 	return p
 }
