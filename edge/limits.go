@@ -56,7 +56,7 @@ type slowBody struct {
 	timer *time.Timer   // fires expire; stopped between reads
 
 	timedOut atomic.Bool
-	mu       sync.Mutex // orders stop with arming the timer
+	mu       sync.Mutex // orders stop with arming the timer and with expire
 	stopped  bool
 }
 
@@ -98,8 +98,15 @@ func (b *slowBody) arm() bool {
 	return true
 }
 
-// expire aborts the read in progress: no progress came in time.
+// expire aborts the read in progress: no progress came in time. It holds mu so that
+// stop, which the handler runs before it returns, waits for it: a ResponseController
+// must not be used once its handler has returned.
 func (b *slowBody) expire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
 	b.timedOut.Store(true)
 	b.rc.SetReadDeadline(time.Now())
 }

@@ -37,7 +37,7 @@ func TestRunStopsByItself(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if took := time.Since(start); took > d+3*time.Second {
+			if took := time.Since(start); took > d+10*time.Second { // connections wind down; slower under -race
 				t.Errorf("ran %v, want about %v", took, d)
 			}
 			if out.Conns == 0 || out.Sent == 0 {
