@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -43,6 +44,40 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	s.tcp.Release(c)
 }
 
+// admitH3Stream charges a new HTTP/3 request stream from addr to the source's stream
+// budget, as streamBudget charges an HTTP/1.1 or HTTP/2 request, but before quic-go
+// reads the HEADERS frame: streams that never send one are bounded by the budget
+// too. Over it, the stream is refused and the source charged toward a ban, unless it
+// is a trusted proxy (whose clients' addresses are not known yet).
+func (s *Server) admitH3Stream(addr netip.Addr) bool {
+	now := time.Now()
+	if s.box.Banned(addr) {
+		s.metrics.refusedStream(3, reasonBanned)
+		return false
+	}
+	if s.guard.AllowStream(addr, now) {
+		return true
+	}
+	if !identity.Contains(s.rules.Load().Trusted, addr) {
+		s.box.Reject(addr, now)
+	}
+	s.metrics.refusedStream(3, reasonRate)
+	return false
+}
+
+// unsentLimited caps each accepted TCP connection's unsent kernel data
+// (limitUnsent) before the connection reaches TLS and the HTTP server. It wraps the
+// listener only: the connection itself goes on unwrapped.
+type unsentLimited struct{ net.Listener }
+
+func (l unsentLimited) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		limitUnsent(c)
+	}
+	return c, err
+}
+
 // streamBudget refuses requests over their source's stream budget before anything
 // else looks at them: HTTP/3 streams are reset with H3_REQUEST_REJECTED (no response
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
@@ -55,7 +90,8 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		// refused here without a policy or a computed field.
 		trusted := s.rules.Load().Trusted
 		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
-		if !banned && s.guard.AllowStream(peer, now) {
+		// HTTP/3 streams were charged when h3Serve accepted them (admitH3Stream).
+		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
 			next.ServeHTTP(w, r)
 			return
 		}

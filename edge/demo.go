@@ -23,6 +23,8 @@ func demoOrigin(trusted []netip.Prefix) http.Handler {
 		BodyFailed: func(w http.ResponseWriter, r *http.Request, _ error) {
 			if enforce.BodyCutOff(r) {
 				enforce.AnswerBodyCutOff(w, r)
+			} else if bodyTimedOut(r) {
+				writeBodyTimeout(w, r)
 			} else {
 				badRequest(w, r, "reading the request body failed")
 			}

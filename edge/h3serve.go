@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,11 @@ type h3Serve struct {
 	srv     *http3.Server
 	timeout time.Duration
 	log     *slog.Logger
+	// admit charges a new request stream to its source's stream budget when it is
+	// accepted, before its HEADERS are read: a stream that never sends them (stream
+	// exhaustion) costs its source as much as a request. False: refused. Nil: all
+	// admitted.
+	admit func(addr netip.Addr) bool
 
 	// stopped is set by shutdown and close: new connections and streams are refused.
 	stopped atomic.Bool
@@ -101,8 +108,8 @@ func (c *h3Conn) waitIdle() <-chan struct{} {
 	return ch
 }
 
-func newH3Serve(srv *http3.Server, timeout time.Duration, log *slog.Logger) *h3Serve {
-	return &h3Serve{srv: srv, timeout: timeout, log: log, conns: map[*h3Conn]struct{}{}}
+func newH3Serve(srv *http3.Server, timeout time.Duration, log *slog.Logger, admit func(netip.Addr) bool) *h3Serve {
+	return &h3Serve{srv: srv, timeout: timeout, log: log, admit: admit, conns: map[*h3Conn]struct{}{}}
 }
 
 // serve accepts connections from ln until it is closed; then it returns
@@ -143,17 +150,23 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 	defer h.remove(c)
 
 	go h.acceptUni(c)
+	var peer netip.Addr
+	if ua, ok := conn.RemoteAddr().(*net.UDPAddr); ok {
+		peer = ua.AddrPort().Addr().Unmap()
+	}
 	for {
 		str, err := conn.AcceptStream(context.Background())
 		if err != nil {
 			<-c.waitIdle() // the connection is closed: gone once its handlers are
 			return
 		}
+		if h.admit != nil && !h.admit(peer) {
+			rejectStream(str)
+			continue
+		}
 		ok, grow := c.start(h)
 		if !ok {
-			str.ReleaseStreamCredit()
-			str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
-			str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
+			rejectStream(str)
 			continue
 		}
 		str.SetReadDeadline(time.Now().Add(h.timeout))
@@ -169,6 +182,14 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 			raw.HandleRequestStream(str)
 		}()
 	}
+}
+
+// rejectStream refuses a request stream unread: H3_REQUEST_REJECTED both ways, and its
+// credit back to the peer at once.
+func rejectStream(str *quic.Stream) {
+	str.ReleaseStreamCredit()
+	str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
+	str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
 }
 
 // acceptUni hands the peer's unidirectional streams (control, QPACK) to quic-go.

@@ -3,6 +3,7 @@ package edge
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -10,7 +11,8 @@ import (
 // section is not complete within it is ended. HTTP/1.1 has net/http's ReadHeaderTimeout.
 // Go's HTTP/2 server bounds only the first request that way, so h2HeaderGuard watches the
 // frames on the connection. HTTP/3 streams get a read deadline before quic-go reads their
-// HEADERS frame (h3Serve).
+// HEADERS frame (h3Serve). The same guard counts the frames of HTTP/2 abuse
+// (h2abuse.go).
 
 // HTTP/2 frame types and flags the guard reads (RFC 9113 §6).
 const (
@@ -22,10 +24,17 @@ const (
 )
 
 // headerGuardListener hands the HTTP server TLS connections that end an HTTP/2 header
-// section still incomplete after timeout.
+// section still incomplete after timeout, and end abusive HTTP/2 connections,
+// charging their source through report.
 type headerGuardListener struct {
 	net.Listener // yields *tls.Conn
 	timeout      time.Duration
+	report       func(addr netip.Addr, charge int, reason string)
+	// writeTimeout returns limits.write_timeout in force (limits.go); nil: none.
+	writeTimeout func() time.Duration
+	// maxUnseen bounds the streams a connection may open that the chain does not
+	// see (h2abuse.go); zero: not bounded.
+	maxUnseen int64
 }
 
 func (l headerGuardListener) Accept() (net.Conn, error) {
@@ -37,7 +46,11 @@ func (l headerGuardListener) Accept() (net.Conn, error) {
 	if !ok {
 		return c, nil
 	}
-	return &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}, nil
+	g := &h2HeaderGuard{Conn: tc, timeout: l.timeout, skip: h2PrefaceLen}
+	g.abuse.report = l.report
+	g.writeTimeout = l.writeTimeout
+	g.abuse.maxUnseen = l.maxUnseen
+	return g, nil
 }
 
 // h2HeaderGuard is a TLS connection that follows the HTTP/2 frames read from it: from
@@ -60,7 +73,61 @@ type h2HeaderGuard struct {
 	skip    int  // bytes left of the preface or of the current frame's payload
 	nhdr    int  // bytes of the frame header read so far
 	hdr     [h2FrameHeaderLen]byte
+	abuse   h2Abuse
+
+	// writeTimeout is limits.write_timeout, read per write (a reload changes it);
+	// wdl is the write deadline in force and wrote what was written since it was set.
+	writeTimeout func() time.Duration
+	wdl          time.Time
+	wrote        int
 }
+
+// Write writes to the TLS connection under limits.write_timeout: the connection must
+// take writePiece bytes within each write_timeout while writes are waiting, or the
+// write fails and the HTTP server closes the connection — a client that reads slower
+// than 16 KiB per write_timeout (273 B/s at the default 60 s), or not at all. The
+// deadline moves on once writePiece bytes have gone since it was set (so writes of a
+// few KiB each, net/http's buffer, do not each buy a full timeout), and is set afresh
+// when a write starts after it passed while nothing was written (an idle connection).
+// Writes come from one goroutine at a time (the HTTP/1.1 connection's, or HTTP/2's
+// writer; the abuse GOAWAY bypasses this method). A write that times out makes the
+// close a reset.
+func (c *h2HeaderGuard) Write(p []byte) (int, error) {
+	var d time.Duration
+	if c.writeTimeout != nil {
+		d = c.writeTimeout()
+	}
+	if d <= 0 {
+		return c.Conn.Write(p)
+	}
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), writePiece)
+		if now := time.Now(); c.wrote >= writePiece || now.After(c.wdl) {
+			c.wdl, c.wrote = now.Add(d), 0
+			c.Conn.SetWriteDeadline(c.wdl)
+		}
+		m, err := c.Conn.Write(p[:k])
+		n += m
+		c.wrote += m
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				// Drop what the kernel still holds for this client: a close would
+				// queue the FIN behind what the client reads at its trickle.
+				if tc, ok := c.NetConn().(*net.TCPConn); ok {
+					tc.SetLinger(0)
+				}
+			}
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// writePiece is the most Write sends under one deadline: the progress a client must
+// make per write_timeout.
+const writePiece = 16 << 10
 
 // Read reads from the TLS connection and follows the frames it returns.
 func (c *h2HeaderGuard) Read(p []byte) (int, error) {
@@ -87,8 +154,14 @@ func (c *h2HeaderGuard) Read(p []byte) (int, error) {
 		c.Conn.SetReadDeadline(time.Time{})
 		c.armed = false
 	}
+	if c.abuse.closed {
+		return 0, errH2Abuse
+	}
 	n, err := c.Conn.Read(p)
 	c.follow(p[:n])
+	if c.abuse.abused != "" {
+		return 0, c.endAbuse()
+	}
 	return n, err
 }
 
@@ -97,6 +170,9 @@ func (c *h2HeaderGuard) follow(b []byte) {
 	for len(b) > 0 {
 		if c.skip > 0 {
 			k := min(c.skip, len(b))
+			if c.abuse.want > 0 {
+				c.abuse.capture(b[:k])
+			}
 			c.skip -= k
 			b = b[k:]
 			if c.skip == 0 && c.ends {
@@ -117,6 +193,7 @@ func (c *h2HeaderGuard) follow(b []byte) {
 		}
 		c.ends = (typ == h2FrameHeaders || typ == h2FrameContinuation) && flags&h2FlagEndHeaders != 0
 		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+		c.abuse.frame(typ, flags, c.skip, uint32(c.hdr[5]&0x7f)<<24|uint32(c.hdr[6])<<16|uint32(c.hdr[7])<<8|uint32(c.hdr[8]))
 		if c.skip == 0 && c.ends {
 			c.pending, c.ends = false, false
 		}

@@ -70,6 +70,10 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeNoHealthy(w, r, nh)
 		return
 	}
+	if bodyTimedOut(r) {
+		writeBodyTimeout(w, r)
+		return
+	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		answer.Problem(w, r, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time")

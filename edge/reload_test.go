@@ -111,6 +111,7 @@ var reloadableFields = []string{
 	"policies[].quota", "policies[].window", "policies[].unit", "policies[].scope",
 	"policies[].on_store_failure", "policies[].mode", "policies[].max_delay", "policies[].lease",
 	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
+	"limits.body_read_timeout", "limits.write_timeout", // read per request and per write
 	"legacy_headers",
 	"policies[].match.route", "upstreams", "routes[].name", "routes[].match.host",
 	"routes[].match.path_prefix", "routes[].match.methods", "routes[].match.headers",

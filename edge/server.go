@@ -372,7 +372,7 @@ func (s *Server) Serve() error {
 		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
 	h12 := &http.Server{
-		Handler:           s.handler,
+		Handler:           h2Completions(s.handler),
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
@@ -385,7 +385,7 @@ func (s *Server) Serve() error {
 		},
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState:   s.connState,
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return s.connContext(ctx) },
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return withH2Guard(s.connContext(ctx), c) },
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -411,7 +411,7 @@ func (s *Server) Serve() error {
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
-	h3s := newH3Serve(h3, s.headerTimeout(), s.log)
+	h3s := newH3Serve(h3, s.headerTimeout(), s.log, s.admitH3Stream)
 	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
@@ -428,8 +428,10 @@ func (s *Server) Serve() error {
 	errc := make(chan error, 2)
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
-		ln := tls.NewListener(s.tcp.Listener(tcpLn), h12.TLSConfig)
-		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout()})
+		ln := tls.NewListener(unsentLimited{s.tcp.Listener(tcpLn)}, h12.TLSConfig)
+		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(),
+			report: s.chargeAbuse, writeTimeout: s.writeTimeout,
+			maxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection)})
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {

@@ -52,6 +52,13 @@ type Options struct {
 	NoPin bool
 	// Log receives progress lines. Nil: none.
 	Log io.Writer
+	// AttackCommand returns the command that runs an attack client with args (see
+	// cmd/h3bench's hidden "attack-client"), for RunAttack: run apart, at the lowest
+	// CPU priority (nice 19), the attacker's frame loops and its share of loopback's
+	// TCP work do not take the legitimate clients' CPU, as on separate machines. If
+	// nil, the attack runs in this process (good enough for short mode's functional
+	// checks).
+	AttackCommand func(args []string) []string
 }
 
 // Report is what a scenario found.

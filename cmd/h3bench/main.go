@@ -6,6 +6,7 @@
 //	        [-timeout 5s] [-warmup 1s] [-json FILE] [-method GET] [-body-size N]
 //	        [-respect-limits]
 //	h3bench scenario NAME [-short] [-json FILE] [-svg FILE] [-h3edge PATH] [-no-pin]
+//	h3bench attack NAME [-short] [-json FILE] [-h3edge PATH] [-no-pin]
 //
 // Exit codes of a run: 0 the run completed and got responses, 1 a runtime failure or not
 // a single response, 2 bad usage.
@@ -17,8 +18,14 @@
 // not run (no h3edge binary, a server that would not start). `h3bench scenario` alone
 // lists them.
 //
+// An attack (rapid-reset, made-you-reset, continuation, hpack-bomb, settings-flood,
+// ping-flood, empty-frames, slowloris, slow-post, slow-read, quic-stall) runs one
+// protocol abuse against an h3edge process while 20 legitimate clients keep working,
+// with the scenarios' exit codes. `h3bench attack` alone lists them.
+//
 // "h3bench serve-bare -listen ADDR" (not advertised) runs the bare baseline server the
-// scenarios compare h3edge with.
+// scenarios compare h3edge with; "h3bench attack-client" (not advertised either) is
+// the attacker h3bench attack starts as a process of its own.
 package main
 
 import (
@@ -53,6 +60,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "scenario":
 			return runScenario(args[1:], stdout, stderr)
+		case "attack":
+			return runAttack(args[1:], stdout, stderr)
+		case "attack-client":
+			return runAttackClient(args[1:], stdout, stderr)
 		case "serve-bare":
 			return serveBare(args[1:], stderr)
 		}

@@ -41,26 +41,8 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nscenarios:")
 		listScenarios(stderr)
 	}
-	// The name may come before or after the flags.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return exitUsage
-		}
-	}
-	if name == "" {
-		fs.Usage()
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "h3bench scenario: unexpected argument %q\n", fs.Arg(0))
+	name, ok := parseNamed(fs, args, stderr)
+	if !ok {
 		return exitUsage
 	}
 	if _, err := scenario.Claim(name); err != nil {
@@ -136,4 +118,30 @@ func serveBare(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseNamed parses a subcommand's arguments: one name, before or after the flags.
+// It reports false (after printing why) on bad usage.
+func parseNamed(fs *flag.FlagSet, args []string, stderr io.Writer) (name string, ok bool) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return "", false
+		}
+	}
+	if name == "" {
+		fs.Usage()
+		return "", false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return "", false
+	}
+	return name, true
 }

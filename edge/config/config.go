@@ -59,6 +59,8 @@ type Config struct {
 	Policies []Policy `yaml:"policies"`
 	// Abuse drives the penalty box.
 	Abuse AbuseConfig `yaml:"abuse"`
+	// Limits bounds what slow clients can hold.
+	Limits LimitsConfig `yaml:"limits"`
 	// LegacyHeaders also sends X-RateLimit-Limit/-Remaining/-Reset.
 	LegacyHeaders bool `yaml:"legacy_headers"`
 	// LogFormat is "text" or "json". If empty, "text" is used.
@@ -274,4 +276,18 @@ type AbuseConfig struct {
 	MaxBan time.Duration `yaml:"max_ban"`
 	// Share publishes bans through Redis. If nil, true is used.
 	Share *bool `yaml:"share"`
+}
+
+// LimitsConfig bounds what a slow client can hold (limits:, DESIGN.md §9). It is the
+// top-level section; a route may carry its own, whose zero fields take the top
+// level's values (Or).
+type LimitsConfig struct {
+	// BodyReadTimeout ends a request whose body makes no progress for this long while
+	// the edge waits for it: the client gets 408. If zero, 30s is used; at most 10m.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	// WriteTimeout closes an HTTP/1.1 or HTTP/2 connection on which a write of the
+	// response makes no progress for this long (a client that does not read). If zero,
+	// 60s is used; at most 10m. HTTP/3 responses are bounded by the client's
+	// flow-control window and the idle timeout instead.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 }

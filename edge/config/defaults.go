@@ -86,6 +86,7 @@ func (c *Config) ApplyDefaults() {
 		a.Share = &share
 	}
 
+	c.Limits.defaults()
 	c.LogFormat = cmp.Or(c.LogFormat, "text")
 	if l := c.AccessLog; l != nil {
 		l.Path = cmp.Or(l.Path, "stdout")

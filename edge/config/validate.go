@@ -459,6 +459,7 @@ func (c *Config) problems() checker {
 	if a.Ban > 0 && a.MaxBan > 0 && a.Ban > a.MaxBan {
 		k.add("abuse.ban", "must be at most abuse.max_ban (%s); raise max_ban or lower ban", short(a.MaxBan))
 	}
+	c.Limits.check(&k, "limits")
 	k.enum("log_format", "log format", c.LogFormat, logFormats)
 	c.checkAccessLog(&k)
 	return k

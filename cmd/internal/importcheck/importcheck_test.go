@@ -113,7 +113,7 @@ func TestCheck(t *testing.T) {
 		{name: "quicconn imports prometheus", pkg: "quicconn", imp: "github.com/prometheus/client_golang/prometheus",
 			want: []string{"quicconn imports github.com/prometheus/client_golang/prometheus: only edge imports Prometheus"}},
 		{name: "cmd/h3bench imports quicconn", pkg: "cmd/h3bench", imp: m + "quicconn",
-			want: []string{"cmd/h3bench imports github.com/h3edge/h3edge/quicconn: not in its row of the table (DESIGN §2: cmd/h3bench imports std, bench, bench/scenario)"}},
+			want: []string{"cmd/h3bench imports github.com/h3edge/h3edge/quicconn: not in its row of the table (DESIGN §2: cmd/h3bench imports std, bench, bench/attack, bench/scenario)"}},
 		{name: "a package outside the table", pkg: "util", imp: "fmt",
 			want: []string{"github.com/h3edge/h3edge/util: not a package of DESIGN §2's table"}},
 		{name: "bench's tests import edge", pkg: "bench", imp: m + "edge", test: true,

@@ -95,7 +95,12 @@ var rules = []rule{
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
 	}, tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned for the test servers
-	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
+	// The attack clients (h3bench attack): HTTP/2 frames written with x/net/http2's
+	// Framer and HPACK encoder (net/http hides frames), QUIC streams with quic-go.
+	{pkg: "bench/attack", external: []string{
+		"golang.org/x/net/http2", "golang.org/x/net/http2/hpack", "github.com/quic-go/quic-go",
+	}},
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/attack", "bench/chart", "headers",
 		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
 		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
 		"bench/testkit", // FreePort and NextPhase, shared with the tests of every package
@@ -112,7 +117,8 @@ var rules = []rule{
 	// waiting, tools required under CI). Std only, so that any row may list it in tests.
 	{pkg: "bench/testkit"},
 	{pkg: "cmd/h3edge", imports: []string{"edge", "edge/config"}, tests: []string{"bench", "certs", "bench/testkit"}}, // config: load and validate before building
-	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/scenario"}},
+	// bench/attack: the attack-client subcommand runs an attack in a process of its own.
+	{pkg: "cmd/h3bench", imports: []string{"bench", "bench/attack", "bench/scenario"}},
 	{pkg: "cmd/internal/importcheck"},
 }
 

@@ -1,0 +1,261 @@
+// Package attack holds h3bench's protocol-abuse clients: HTTP/2 Rapid Reset,
+// MadeYouReset, CONTINUATION and HPACK floods, SETTINGS/PING/empty-frame floods,
+// slowloris, slow POST, slow read and stalled QUIC streams. Each is written on
+// golang.org/x/net/http2's Framer or on quic-go, sends only to the target it is given
+// (loopback in h3bench), and stops by itself: after Target.Duration, or when its
+// context ends. The scenario runner (bench/scenario's RunAttack) starts h3edge, runs
+// one attack beside legitimate clients and judges the outcome.
+package attack
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Target is what an attack is aimed at and how hard.
+type Target struct {
+	// Addr is the server's address: TCP for HTTP/1.1 and HTTP/2, UDP for HTTP/3.
+	Addr netip.AddrPort
+	// Sources are the local addresses the attack sends from, one worker set each.
+	Sources []netip.Addr
+	// Conns is the number of connections each source keeps open at a time. If zero,
+	// the attack's own default is used.
+	Conns int
+	// TLS is the client TLS configuration (certificate checks); NextProtos is set by
+	// the attack.
+	TLS *tls.Config
+	// Duration bounds the attack; it stops by itself then. Required.
+	Duration time.Duration
+	// Interval paces the slow attacks: one byte (slowloris, slow POST) or one KiB
+	// (slow read) per Interval. If zero, one second.
+	Interval time.Duration
+}
+
+// ErrUnknown is returned (wrapped) for a name no attack has.
+var ErrUnknown = errors.New("attack: unknown attack")
+
+// Attack is one kind of abuse.
+type Attack struct {
+	// Name is the command-line name (h3bench attack NAME).
+	Name string
+	// Summary says what the attacker sends, in a line.
+	Summary string
+	// Proto is "h2", "h1" or "h3": the protocol the legitimate clients should use to
+	// share the attacked path.
+	Proto string
+	// Conns is the connections per source when Target.Conns is zero.
+	Conns int
+	// conn runs one connection of the attack until it ends; it reports what happened
+	// to rec.
+	conn func(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error
+}
+
+// attacks is the registry, in the README's order.
+var attacks = []*Attack{
+	{Name: "rapid-reset", Proto: "h2", Conns: 2, conn: rapidReset,
+		Summary: "HTTP/2 HEADERS + RST_STREAM(CANCEL) loops (CVE-2023-44487)"},
+	{Name: "made-you-reset", Proto: "h2", Conns: 2, conn: madeYouReset,
+		Summary: "HTTP/2 requests followed by WINDOW_UPDATE 0, DATA after END_STREAM or a self-dependent PRIORITY, which make the server reset the stream (CVE-2025-8671)"},
+	{Name: "continuation", Proto: "h2", Conns: 2, conn: continuationFlood,
+		Summary: "HTTP/2 HEADERS without END_HEADERS, then zero-length CONTINUATION frames without end (CVE-2024-27316 family)"},
+	{Name: "hpack-bomb", Proto: "h2", Conns: 2, conn: hpackBomb,
+		Summary: "HTTP/2 header blocks of one-byte references to a 4 KB dynamic-table entry, each decoding past the header limit"},
+	{Name: "settings-flood", Proto: "h2", Conns: 2, conn: settingsFlood,
+		Summary: "HTTP/2 SETTINGS frames without end (CVE-2019-9515)"},
+	{Name: "ping-flood", Proto: "h2", Conns: 2, conn: pingFlood,
+		Summary: "HTTP/2 PING frames without end (CVE-2019-9512)"},
+	{Name: "empty-frames", Proto: "h2", Conns: 2, conn: emptyFrames,
+		Summary: "HTTP/2 empty DATA frames without END_STREAM on an open request (CVE-2019-9518)"},
+	{Name: "slowloris", Proto: "h1", Conns: 20, conn: slowloris,
+		Summary: "HTTP/1.1 header lines trickled one byte per interval"},
+	{Name: "slow-post", Proto: "h1", Conns: 20, conn: slowPost,
+		Summary: "HTTP/1.1 POST announcing 10 MB, its body sent one byte per interval"},
+	{Name: "slow-read", Proto: "h1", Conns: 10, conn: slowRead,
+		Summary: "HTTP/1.1 GET of 64 MB read one KiB per interval through a small receive buffer"},
+	{Name: "quic-stall", Proto: "h3", Conns: 8, conn: quicStall,
+		Summary: "QUIC connections opening every request stream they may and never sending HEADERS"},
+}
+
+// Names lists the attacks.
+func Names() []string {
+	names := make([]string, len(attacks))
+	for i, a := range attacks {
+		names[i] = a.Name
+	}
+	return names
+}
+
+// Lookup returns the named attack, or an error wrapping ErrUnknown.
+func Lookup(name string) (*Attack, error) {
+	i := slices.IndexFunc(attacks, func(a *Attack) bool { return a.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w %q (have %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	return attacks[i], nil
+}
+
+// Run runs the attack against t until t.Duration has passed or ctx ends: each source
+// keeps its connections open, and opens a new one when the server closes one, until
+// the end. It returns what the attacker got.
+func (a *Attack) Run(ctx context.Context, t Target) (*Outcome, error) {
+	if t.Duration <= 0 || len(t.Sources) == 0 || !t.Addr.IsValid() {
+		return nil, errors.New("attack: target needs an address, sources and a duration")
+	}
+	if t.Interval <= 0 {
+		t.Interval = time.Second
+	}
+	conns := t.Conns
+	if conns <= 0 {
+		conns = a.Conns
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.Duration)
+	defer cancel()
+	rec := newRecorder()
+	var wg sync.WaitGroup
+	for _, src := range t.Sources {
+		for range conns {
+			wg.Go(func() { a.worker(ctx, &t, src, rec) })
+		}
+	}
+	wg.Wait()
+	return rec.outcome(), nil
+}
+
+// worker runs connections of the attack one after another until ctx ends. A refused
+// connection is retried after redialPause: an attacker reconnects, but a loop
+// without pause would measure only how fast loopback refuses.
+func (a *Attack) worker(ctx context.Context, t *Target, src netip.Addr, rec *recorder) {
+	pause := time.NewTimer(0)
+	defer pause.Stop()
+	for ctx.Err() == nil {
+		if err := a.conn(ctx, t, src, rec); err != nil && ctx.Err() == nil {
+			rec.refused.Add(1)
+			rec.lastError.Store(err.Error())
+		}
+		pause.Reset(redialPause)
+		select {
+		case <-ctx.Done():
+			return
+		case <-pause.C:
+		}
+	}
+}
+
+// endSlack is how close to the attack's end a connection's failure counts as the
+// attack stopping.
+const endSlack = 100 * time.Millisecond
+
+// redialPause is how long a worker waits before it reconnects.
+const redialPause = 50 * time.Millisecond
+
+// Outcome is what an attack got from the server.
+type Outcome struct {
+	// Conns counts connections whose handshake completed; Refused the dials that did
+	// not (reset at accept, handshake refused or timed out).
+	Conns   int64 `json:"conns"`
+	Refused int64 `json:"refused"`
+	// Sent counts what the attack sent: frames (HTTP/2 floods), streams (quic-stall) or
+	// bytes (slow attacks).
+	Sent int64 `json:"sent"`
+	// Responses counts responses the attacker received, by status.
+	Responses int64         `json:"responses"`
+	Status    map[int]int64 `json:"status,omitempty"`
+	// GoAway counts the GOAWAY frames received by error code.
+	GoAway map[string]int64 `json:"goaway,omitempty"`
+	// Closed counts connections the server ended (a read or write failed before the
+	// attack's end); Held those still open at the end.
+	Closed int64 `json:"closed"`
+	Held   int64 `json:"held"`
+	// CloseP50 and CloseMax are how long the server let a connection abuse it: from
+	// the first abusive byte to the server's close (or the answer that ended it).
+	CloseP50 time.Duration `json:"close_p50_ns"`
+	CloseMax time.Duration `json:"close_max_ns"`
+	// PeakOpen is the most connections (quic-stall: streams) open at once.
+	PeakOpen int64 `json:"peak_open"`
+	// LastError is the last dial error, for the report.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// recorder collects an attack's events from its workers. Safe for concurrent use.
+type recorder struct {
+	conns, refused, sent, closed, held atomic.Int64
+	open, peak                         atomic.Int64
+	lastError                          atomic.Value // string
+
+	mu     sync.Mutex
+	status map[int]int64
+	goaway map[string]int64
+	lives  []time.Duration
+}
+
+func newRecorder() *recorder {
+	return &recorder{status: map[int]int64{}, goaway: map[string]int64{}}
+}
+
+// opened counts a connection (or stream) in; the returned function counts it out.
+func (r *recorder) opened() (closed func()) {
+	r.conns.Add(1)
+	n := r.open.Add(1)
+	for {
+		p := r.peak.Load()
+		if n <= p || r.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return func() { r.open.Add(-1) }
+}
+
+// ended records how a connection ended: closed by the server after life of abuse,
+// or still held when the attack stopped. A connection's deadline is the attack's end
+// (dialTLS), so a failure in the last moments is the attack stopping, not the server.
+func (r *recorder) ended(ctx context.Context, life time.Duration) {
+	if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(dl) < endSlack {
+		r.held.Add(1)
+		return
+	}
+	r.closed.Add(1)
+	r.mu.Lock()
+	r.lives = append(r.lives, life)
+	r.mu.Unlock()
+}
+
+func (r *recorder) response(status int) {
+	r.mu.Lock()
+	r.status[status]++
+	r.mu.Unlock()
+}
+
+func (r *recorder) goAway(code string) {
+	r.mu.Lock()
+	r.goaway[code]++
+	r.mu.Unlock()
+}
+
+func (r *recorder) outcome() *Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := &Outcome{
+		Conns: r.conns.Load(), Refused: r.refused.Load(), Sent: r.sent.Load(),
+		Closed: r.closed.Load(), Held: r.held.Load(), PeakOpen: r.peak.Load(),
+		Status: r.status, GoAway: r.goaway,
+	}
+	for _, n := range r.status {
+		o.Responses += n
+	}
+	if s, ok := r.lastError.Load().(string); ok {
+		o.LastError = s
+	}
+	if len(r.lives) > 0 {
+		slices.Sort(r.lives)
+		o.CloseP50, o.CloseMax = r.lives[len(r.lives)/2], r.lives[len(r.lives)-1]
+	}
+	return o
+}

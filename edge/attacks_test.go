@@ -1,0 +1,432 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/h3edge/h3edge/edge/config"
+)
+
+// Regression tests of the attacks h3bench attack runs (bench/attack), each against a
+// real edge on loopback, asserting what the defence does: the connection ended, the
+// source charged or banned, the slow client cut off. None passes on the edge before
+// the defences (h2abuse.go, limits.go, admitH3Stream).
+
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// h2Block encodes a request's header block.
+func h2Block(method, path string, extra ...hpack.HeaderField) []byte {
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, f := range append([]hpack.HeaderField{
+		{Name: ":method", Value: method}, {Name: ":scheme", Value: "https"},
+		{Name: ":authority", Value: "127.0.0.1"}, {Name: ":path", Value: path},
+	}, extra...) {
+		enc.WriteField(f)
+	}
+	return buf.Bytes()
+}
+
+// h2ReadToEnd reads frames until the connection ends, and reports whether a GOAWAY
+// with ENHANCE_YOUR_CALM came first. The connection must end within 5 s.
+func h2ReadToEnd(t *testing.T, conn net.Conn, fr *http2.Framer) (calm bool) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				t.Fatal("the abusive connection is still open after 5 s")
+			}
+			return calm
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok && ga.ErrCode == http2.ErrCodeEnhanceYourCalm {
+			calm = true
+		}
+	}
+}
+
+// TestH2AbuseEndsConnection: each HTTP/2 abuse ends its connection, and the source is
+// charged — Rapid Reset and MadeYouReset so much that one connection bans it.
+func TestH2AbuseEndsConnection(t *testing.T) {
+	t.Parallel()
+	// requests sends 300 requests, each followed by then(id).
+	requests := func(path string, then func(fr *http2.Framer, id uint32) error) func(*http2.Framer) error {
+		return func(fr *http2.Framer) error {
+			for id := uint32(1); id < 600; id += 2 {
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", path), EndStream: true, EndHeaders: true})
+				if err := then(fr, id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	// repeat sends first (if any), then n frames of send.
+	repeat := func(n int, first func(fr *http2.Framer), send func(fr *http2.Framer, i int) error) func(*http2.Framer) error {
+		return func(fr *http2.Framer) error {
+			if first != nil {
+				first(fr)
+			}
+			for i := range n {
+				if err := send(fr, i); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	abuses := []struct {
+		name   string
+		banned bool // by one connection
+		send   func(fr *http2.Framer) error
+	}{
+		// The requests take 500 ms, so none completes before its reset arrives even
+		// under the race detector (a reset of a completed stream is no abuse).
+		{"rapid reset", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		})},
+		{"window update 0", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WriteWindowUpdate(id, 0)
+		})},
+		{"data after end stream", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WriteData(id, false, []byte("x"))
+		})},
+		{"self-dependent priority", true, requests("/slow?ms=500", func(fr *http2.Framer, id uint32) error {
+			return fr.WritePriority(id, http2.PriorityParam{StreamDep: id, Weight: 1})
+		})},
+		{"empty continuation", false, repeat(100, func(fr *http2.Framer) {
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/"), EndStream: true})
+		}, func(fr *http2.Framer, _ int) error { return fr.WriteContinuation(1, false, nil) })},
+		{"hpack bomb", true, func(fr *http2.Framer) error {
+			// One 4 KB field in the dynamic table (index 62), then blocks of 96 one-byte
+			// references to it: each decodes past the parse limit, and Go's HTTP/2
+			// server answers 431 itself, unseen by the chain.
+			bomb := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/", bomb), EndStream: true, EndHeaders: true})
+			refs := bytes.Repeat([]byte{0x80 | 62}, 96)
+			for id := uint32(3); id < 2000; id += 2 {
+				block := append(h2Block("GET", "/"), refs...)
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"ping flood", false, repeat(300, nil, func(fr *http2.Framer, i int) error { return fr.WritePing(false, [8]byte{byte(i)}) })},
+		{"settings flood", false, repeat(300, nil, func(fr *http2.Framer, _ int) error { return fr.WriteSettings() })},
+		{"empty data", false, repeat(300, func(fr *http2.Framer) {
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("POST", "/"), EndHeaders: true})
+		}, func(fr *http2.Framer, _ int) error { return fr.WriteData(1, false, nil) })},
+	}
+	for _, a := range abuses {
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			e := startEdge(t, nil)
+			conn, fr := h2Dial(t, e.Addr().String())
+			fr.AllowIllegalWrites = true
+			a.send(fr) // fails once the edge closes the connection: that is the point
+			// GOAWAY is sent where possible: beside the server's own writes, within
+			// 100 ms, and a reset of the connection may overtake it.
+			calm := h2ReadToEnd(t, conn, fr)
+			t.Logf("GOAWAY ENHANCE_YOUR_CALM received: %v", calm)
+			if got := e.box.Banned(loopback); got != a.banned {
+				t.Errorf("banned after one connection = %v, want %v", got, a.banned)
+			}
+			if a.banned {
+				return
+			}
+			// The source is charged: repeated attempts are banned.
+			for i := 0; i < 10 && !e.box.Banned(loopback); i++ {
+				conn, fr := h2Dial(t, e.Addr().String())
+				fr.AllowIllegalWrites = true
+				a.send(fr)
+				h2ReadToEnd(t, conn, fr)
+			}
+			if !e.box.Banned(loopback) {
+				t.Error("not banned after 10 abusive connections")
+			}
+		})
+	}
+}
+
+// TestH2ResetsOfCompletedStreams: a client that cancels streams but completes more
+// than it cancels (a browser navigating away) keeps its connection.
+func TestH2ResetsOfCompletedStreams(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, nil)
+	conn, fr := h2Dial(t, e.Addr().String())
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	id := uint32(1)
+	// 150 requests read to their end, then 150 reset at once.
+	for range 150 {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", "/"), EndStream: true, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		for ended := false; !ended; {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("stream %d: %v", id, err)
+			}
+			switch f := f.(type) {
+			case *http2.DataFrame:
+				ended = f.StreamID == id && f.StreamEnded()
+			case *http2.MetaHeadersFrame:
+				ended = f.StreamID == id && f.StreamEnded()
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			}
+		}
+		id += 2
+	}
+	for range 150 {
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2Block("GET", "/slow?ms=100"), EndStream: true, EndHeaders: true})
+		fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		id += 2
+	}
+	if err := fr.WritePing(false, [8]byte{7}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the connection ended: %v", err)
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			break
+		}
+	}
+	if e.box.Banned(loopback) {
+		t.Error("the source is banned")
+	}
+}
+
+// TestBodyReadTimeout: a request body sent one byte per 200 ms (less than a KiB per
+// body_read_timeout) gets 408 once body_read_timeout has passed, on HTTP/1.1 and
+// HTTP/2; a body sent at once gets its answer.
+func TestBodyReadTimeout(t *testing.T) {
+	t.Parallel()
+	const d = time.Second
+	e := startEdge(t, func(c *config.Config) { c.Limits.BodyReadTimeout = d })
+	t.Run("h1", func(t *testing.T) {
+		t.Parallel()
+		for _, slow := range []bool{true, false} {
+			conn, err := tls.Dial("tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			start := time.Now()
+			fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
+			if slow {
+				trickle(t, 200*time.Millisecond, func(int) error { _, err := conn.Write([]byte("x")); return err })
+			} else {
+				conn.Write(bytes.Repeat([]byte("x"), 100))
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := http.StatusOK
+			if slow {
+				want = http.StatusRequestTimeout
+			}
+			took := time.Since(start)
+			if resp.StatusCode != want {
+				t.Errorf("slow %v: status %d, want %d", slow, resp.StatusCode, want)
+			}
+			if slow && (took < d || took > d+2*time.Second) {
+				t.Errorf("408 after %v, want within 2 s after %v", took, d)
+			}
+		}
+	})
+	t.Run("h2", func(t *testing.T) {
+		t.Parallel()
+		conn, fr := h2Dial(t, e.Addr().String())
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		start := time.Now()
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true,
+			BlockFragment: h2Block("POST", "/", hpack.HeaderField{Name: "content-length", Value: "100"})})
+		trickle(t, 200*time.Millisecond, func(int) error { return fr.WriteData(1, false, []byte("x")) })
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamID == 1 {
+				if st := h.PseudoValue("status"); st != strconv.Itoa(http.StatusRequestTimeout) {
+					t.Errorf("status %s, want 408", st)
+				}
+				if took := time.Since(start); took < d || took > d+2*time.Second {
+					t.Errorf("408 after %v, want within 2 s after %v", took, d)
+				}
+				return
+			}
+		}
+	})
+}
+
+// TestBodyReadTimeoutH3: the same over HTTP/3, the body a reader that yields one
+// byte per 200 ms.
+func TestBodyReadTimeoutH3(t *testing.T) {
+	t.Parallel()
+	const d = time.Second
+	e := startEdge(t, func(c *config.Config) { c.Limits.BodyReadTimeout = d })
+	tr := &http3.Transport{TLSClientConfig: insecureTLS.Clone()}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/", &tricklingBody{ctx: ctx, n: 100})
+	req.ContentLength = 100
+	start := time.Now()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("status %d, want 408", resp.StatusCode)
+	}
+	if took := time.Since(start); took < d || took > d+2*time.Second {
+		t.Errorf("408 after %v, want within 2 s after %v", took, d)
+	}
+}
+
+// tricklingBody yields n bytes, one per 200 ms, until its context ends.
+type tricklingBody struct {
+	ctx context.Context
+	n   int
+}
+
+func (b *tricklingBody) Read(p []byte) (int, error) {
+	if b.n == 0 {
+		return 0, io.EOF
+	}
+	t := time.NewTimer(200 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-b.ctx.Done():
+		return 0, b.ctx.Err()
+	case <-t.C:
+	}
+	b.n--
+	p[0] = 'x'
+	return 1, nil
+}
+
+// TestWriteTimeout: a client that asks for 64 MB and reads nothing has its
+// connection reset once a write has made no progress for write_timeout, and what the
+// kernel held for it is dropped.
+func TestWriteTimeout(t *testing.T) {
+	t.Parallel()
+	const d = time.Second
+	e := startEdge(t, func(c *config.Config) { c.Limits.WriteTimeout = d })
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := tls.DialWithDialer(&dialer, "tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /bytes?n=67108864 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	// Read nothing for write_timeout and a margin, then everything there is.
+	timer := time.NewTimer(d + 2*time.Second)
+	<-timer.C
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		t.Fatalf("still open 10 s after the client began reading (%d bytes read)", n)
+	}
+	if n >= 64<<20 {
+		t.Errorf("read all %d bytes: the connection was not cut", n)
+	}
+	t.Logf("read %d bytes before the reset (%v)", n, err)
+}
+
+// TestH3StalledStreamsCharged: request streams that never send HEADERS are charged
+// to the source's stream budget when accepted, so a source opening them without end
+// is refused past its burst and banned.
+func TestH3StalledStreamsCharged(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, func(c *config.Config) {
+		c.IP.Streams = config.Rate{Rate: 1, Burst: 20}
+		c.Abuse.Rejections = 10
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{http3.NextProtoH3}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	for range 60 {
+		str, err := conn.OpenStreamSync(ctx)
+		if err != nil {
+			break // the connection was closed: the ban
+		}
+		str.Write([]byte{0x01}) // the type of a HEADERS frame, and no more
+	}
+	select {
+	case <-conn.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the connection is still open")
+	}
+	if !e.box.Banned(loopback) {
+		t.Error("the source is not banned")
+	}
+}
+
+// BenchmarkH2GuardFollow: what the frame guard costs a legitimate connection per
+// request (HEADERS with END_STREAM, a WINDOW_UPDATE, a DATA frame), abuse checks on.
+func BenchmarkH2GuardFollow(b *testing.B) {
+	frame := func(typ, flags byte, id uint32, payload []byte) []byte {
+		n := len(payload)
+		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}, payload...)
+	}
+	buf := frame(h2FrameHeaders, h2FlagEndHeaders|h2FlagEndStream, 1, make([]byte, 20))
+	buf = append(buf, frame(h2FrameWindowUpdate, 0, 0, []byte{0, 0, 0x40, 0})...)
+	buf = append(buf, frame(h2FrameData, 0, 0, make([]byte, 64))...)
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("abuse=%v", on), func(b *testing.B) {
+			g := &h2HeaderGuard{}
+			if on {
+				g.abuse.report = func(netip.Addr, int, string) {}
+				g.abuse.maxUnseen = 500
+				g.abuse.seen.Store(1 << 40) // the chain keeps up
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				binary.BigEndian.PutUint32(buf[5:9], uint32(2*i+1)&0x7fffffff) // a new stream each time
+				g.follow(buf)
+			}
+			if g.abuse.abused != "" {
+				b.Fatalf("a legitimate stream judged abusive: %s", g.abuse.abused)
+			}
+		})
+	}
+}

@@ -1,0 +1,38 @@
+package config
+
+import "time"
+
+// The limits' defaults.
+const (
+	defaultBodyReadTimeout = 30 * time.Second
+	defaultWriteTimeout    = 60 * time.Second
+	maxLimitTimeout        = 10 * time.Minute
+)
+
+// defaults fills the zero fields with the built-in defaults.
+func (l *LimitsConfig) defaults() {
+	if l.BodyReadTimeout == 0 {
+		l.BodyReadTimeout = defaultBodyReadTimeout
+	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = defaultWriteTimeout
+	}
+}
+
+// Or returns l with its zero fields taken from top: a route's limits over the
+// top-level ones.
+func (l LimitsConfig) Or(top LimitsConfig) LimitsConfig {
+	if l.BodyReadTimeout == 0 {
+		l.BodyReadTimeout = top.BodyReadTimeout
+	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = top.WriteTimeout
+	}
+	return l
+}
+
+// check adds the problems of the limits at path ("limits", or a route's).
+func (l LimitsConfig) check(k *checker, path string) {
+	k.duration(path+".body_read_timeout", l.BodyReadTimeout, maxLimitTimeout)
+	k.duration(path+".write_timeout", l.WriteTimeout, maxLimitTimeout)
+}
