@@ -18,6 +18,7 @@ import (
 	"github.com/h3edge/h3edge/certs/acme"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/metrics"
 )
 
 // acmeKeyPrefix is where storage: redis keeps certificates, keys, the ACME account and
@@ -40,7 +41,7 @@ func (s *Server) initACME(cfg *config.Config) error {
 		return nil
 	}
 	errors := prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "acme_errors_total",
+		Namespace: metrics.Namespace, Name: "acme_errors_total",
 		Help: "Failed attempts to obtain or renew an ACME certificate, or to load one from storage.",
 	})
 	if err := s.registry.Register(errors); err != nil {

@@ -20,7 +20,7 @@ func (s *Server) adminHandler() http.Handler {
 		Reload:      s.reloadConfig,
 		Ready:       s.readiness,
 		Bans:        boxBans{s},
-		Top:         s.metrics.top,
+		Top:         s.top,
 		Gatherer:    s.registry,
 		Connections: func() int { return s.guard.Stats().Open },
 		Extra: map[string]http.Handler{
@@ -44,9 +44,9 @@ func (s *Server) readiness() admin.Readiness {
 	case s.altSvcValue.Load() == nil: // set by Listen once both sockets are bound
 		rd.Listeners = "down"
 	}
-	if s.metrics.breaker != nil {
+	if s.storeBreaker != nil {
 		rd.Store = "ok"
-		if s.metrics.breakerOpen() {
+		if s.storeBreaker() {
 			rd.Store = "breaker_open"
 		}
 	}

@@ -458,7 +458,7 @@ func TestAdminTopParam(t *testing.T) {
 	e := startOps(t, nil, "", nil)
 	for i := range 30 {
 		for range 30 - i {
-			e.metrics.observeKey(zipfKey(uint64(i)))
+			e.metrics.ObserveKey(zipfKey(uint64(i)))
 		}
 	}
 	for _, tc := range []struct {
@@ -523,7 +523,7 @@ func TestTopZipf(t *testing.T) {
 	for range stream {
 		i := z.Uint64()
 		truth[i]++
-		e.metrics.observeKey(zipfKey(i))
+		e.metrics.ObserveKey(zipfKey(i))
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -13,6 +14,7 @@ import (
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -46,9 +48,8 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 // streamBudget refuses requests over their source's stream budget before anything
 // else looks at them: HTTP/3 streams are reset with H3_REQUEST_REJECTED (no response
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
-func (s *Server) streamBudget(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := requestTime(w)
+func (s *Server) streamBudget(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		peer := identity.PeerAddr(r)
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
@@ -56,14 +57,14 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		trusted := s.rules.Load().Trusted
 		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
 		if !banned && s.guard.AllowStream(peer, now) {
-			next.ServeHTTP(w, r)
+			next(w, r, now)
 			return
 		}
 		if !banned {
 			s.reject(r, now)
 		}
-		s.metrics.refusedStream(r.ProtoMajor, reasonRate)
-		markRefused(w)
+		s.metrics.RefusedStream(r.ProtoMajor, metrics.Rate)
+		metrics.MarkRefused(w)
 		if st, ok := w.(http3.HTTPStreamer); ok {
 			if str, err := st.HTTPStream(); err == nil {
 				str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
@@ -72,5 +73,5 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 			}
 		}
 		answer.TooManyStreams(w, r)
-	})
+	}
 }

@@ -48,7 +48,7 @@ var rules = []rule{
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
-		"edge/admin", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo",
+		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -56,7 +56,8 @@ var rules = []rule{
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
 	}, tests: []string{"bench", "bench/scenario", "bench/testkit"}},
-	// edge's rooms: none knows a listener, Prometheus or go-redis, and none imports edge,
+	// edge's rooms: none knows a listener or go-redis, only edge/metrics (which fills the
+	// registry) and edge/admin (which serves it) know Prometheus, and none imports edge,
 	// so each can be read and tested on its own.
 	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
 	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated.
@@ -76,6 +77,12 @@ var rules = []rule{
 		"github.com/prometheus/client_model/go",   // the families Gatherer.Gather returns, read for the dashboard
 		"go.yaml.in/yaml/v3",                      // GET /api/v1/config?format=yaml
 	}},
+	// The instrumentation (DESIGN §7): it counts requests itself and reads at scrape time,
+	// through hooks, what the rooms count (the policies, the guard, the TCP admission, the
+	// penalty box, the pools); it feeds admin's heavy-hitter sketch. quic-go for the
+	// QUIC ConnContext it wraps and the HTTP/3 stream its Recorder passes through.
+	{pkg: "edge/metrics", imports: []string{"limiter", "quicconn", "edge/admin", "edge/admission", "edge/rules", "edge/upstream"},
+		external: []string{"github.com/prometheus/client_golang/...", "github.com/quic-go/quic-go/..."}},
 	{pkg: "edge/accesslog"}, // std only: the lines and their writer know nothing of the edge
 	// Beyond the table: issue 12's route table and upstream pools, each a room of
 	// edge's that needs only the standard library (edge converts the configuration).
