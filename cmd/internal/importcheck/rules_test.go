@@ -39,7 +39,8 @@ var rules = []rule{
 		"bench/testkit", // WaitFor
 	}},
 	{pkg: "certs"},
-	{pkg: "certs/acme", external: []string{
+	// certs: which certificate a handshake gets, and the listing, rank ACME's beside the files'.
+	{pkg: "certs/acme", imports: []string{"certs"}, external: []string{
 		// Beyond the table: ACME (DESIGN §10) with a well-kept library rather than the
 		// protocol written here, certmagic (Caddy's), whose Storage and Locker let a fleet
 		// share certificates and one ordering lock; it logs through zap, bridged to slog.
