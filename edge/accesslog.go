@@ -3,7 +3,6 @@ package edge
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/accesslog"
@@ -64,9 +63,9 @@ func (s *Server) writeAccess(al *accesslog.Log, rec *metrics.Recorder, r *http.R
 	if rec.Refused() {
 		return
 	}
-	e := accesslog.Entry{Time: now, Proto: protoVersion(r), Method: r.Method, Host: r.Host, Path: requestPath(r),
-		Status: rec.Status(), Bytes: rec.Bytes(), Duration: time.Since(now),
+	e := accesslog.Entry{Time: now, Status: rec.Status(), Bytes: rec.Bytes(), Duration: time.Since(now),
 		Client: s.clientPrefix(r), Fields: *f}
+	e.SetRequest(r)
 	al.Log(&e)
 }
 
@@ -77,31 +76,4 @@ func (s *Server) accessFields(r *http.Request) *accesslog.Fields {
 		return nil
 	}
 	return accesslog.FromContext(r.Context())
-}
-
-// protoVersion names r's protocol version without allocating (r.Proto of an extended
-// CONNECT on HTTP/3 is its :protocol).
-func protoVersion(r *http.Request) string {
-	switch {
-	case r.ProtoMajor == 3:
-		return "HTTP/3.0"
-	case r.ProtoMajor == 2:
-		return "HTTP/2.0"
-	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
-		return "HTTP/1.1"
-	case r.ProtoMajor == 1 && r.ProtoMinor == 0:
-		return "HTTP/1.0"
-	}
-	return r.Proto
-}
-
-// requestPath is the request target as the client sent it, without the query: a
-// query may carry a client key (key: query:NAME).
-func requestPath(r *http.Request) string {
-	p := r.RequestURI
-	if p == "" {
-		p = r.URL.Path
-	}
-	p, _, _ = strings.Cut(p, "?")
-	return p
 }
