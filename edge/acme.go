@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,12 +146,4 @@ func (s *Server) acmeReadiness() string {
 // serves, files (or the development certificate) first, then ACME's.
 func (s *Server) serveCertificates(w http.ResponseWriter, _ *http.Request) {
 	admin.WriteJSON(w, http.StatusOK, acme.List(s.certs.Load(), s.acme))
-}
-
-// httpsPort is the port in redirects to https: "" for 443.
-func (s *Server) httpsPort() string {
-	if p := s.Addr().Port; p != 443 {
-		return strconv.Itoa(p)
-	}
-	return ""
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
+	"github.com/h3edge/h3edge/edge/plainhttp"
 	"github.com/h3edge/h3edge/edge/rules"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
@@ -142,7 +143,7 @@ type Server struct {
 	// acme obtains and renews tls.acme's certificates (nil without it), plain serves
 	// http_listen (nil without it): acme.go, httplisten.go.
 	acme  *acme.Manager
-	plain *plainHTTP
+	plain *plainhttp.Server
 
 	done       chan struct{} // closed when the server stops, ending background work
 	kernelBans *bans.Kernel  // the kernel's ban filter, kept equal to box

@@ -49,7 +49,7 @@ var rules = []rule{
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
-		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo",
+		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -89,6 +89,8 @@ var rules = []rule{
 	// edge's that needs only the standard library (edge converts the configuration).
 	{pkg: "edge/route"},
 	{pkg: "edge/upstream"},
+	// http_listen's redirects and ACME HTTP-01 answers (through a hook): std only.
+	{pkg: "edge/plainhttp"},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
 	// bench/scenario's bare baseline serves the very handler h3edge serves.
 	{pkg: "edge/demo"},
