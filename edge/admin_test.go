@@ -29,7 +29,7 @@ import (
 
 // opsEdge is a test edge started as production starts one: Listen binds its admin
 // listener, which serves the server's own registry and metrics, its chain counts the
-// requests, and the ban endpoints reach its penalty box through boxBans.
+// requests, and the ban endpoints reach its penalty box through bans.Admin.
 type opsEdge struct {
 	*testEdge
 	adminURL string // http://127.0.0.1:PORT, the listener Listen started
@@ -382,7 +382,7 @@ func TestAdminReload(t *testing.T) {
 }
 
 // TestAdminBans: list, ban and unban through the API, against the server's penalty
-// box (boxBans): what the API sets is what the box enforces.
+// box (bans.Admin): what the API sets is what the box enforces.
 func TestAdminBans(t *testing.T) {
 	e := startOps(t, nil, "tok", nil)
 	if code, _, body := e.call(t, "GET", "/api/v1/bans", nil); code != 200 || !strings.Contains(string(body), `"bans": []`) {

@@ -64,7 +64,8 @@ var rules = []rule{
 	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated.
 	{pkg: "edge/admission", imports: []string{"quicconn", "edge/config"}},
 	// The penalty box's configuration from config, and its bans kept in the kernel's filter.
-	{pkg: "edge/bans", imports: []string{"limiter", "edge/config"}},
+	// It is shown to admin's ban endpoints too (bans.Admin is an admin.BanList).
+	{pkg: "edge/bans", imports: []string{"limiter", "edge/config", "edge/admin"}},
 	{pkg: "edge/answer", imports: []string{"headers"}}, // the edge's refusals: headers builds the documents
 	// Client keys become limiter.Keys; config says what a valid key is and reads keys.file.
 	{pkg: "edge/identity", imports: []string{"limiter", "edge/config"}},
