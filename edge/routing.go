@@ -231,14 +231,6 @@ func (s *Server) routeRequest(next step) step {
 	}
 }
 
-// routeOf returns the name of the route r took, "" if none.
-func routeOf(r *http.Request) string {
-	if m := route.FromContext(r.Context()); m != nil {
-		return m.Name
-	}
-	return ""
-}
-
 func writeNoRoute(w http.ResponseWriter, r *http.Request) {
 	answer.Problem(w, r, http.StatusNotFound, "Not Found", "no route matches this request")
 }

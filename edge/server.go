@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -241,9 +240,6 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}))
 	return s, nil
 }
-
-// banned reports whether addr's source is in the penalty box.
-func (s *Server) banned(addr netip.Addr) bool { return s.box.Banned(addr) }
 
 // config returns the configuration in force.
 func (s *Server) config() *config.Config { return s.cfg.Load() }
