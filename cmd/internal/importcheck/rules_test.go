@@ -106,17 +106,21 @@ var rules = []rule{
 		// (headers only builds them).
 		"github.com/dunglas/httpsfv",
 	}, tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned for the test servers
-	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "headers",
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/chart", "bench/scenario/flood", "headers",
 		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
 		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
 		"bench/testkit", // FreePort and NextPhase, shared with the tests of every package
 	}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
-		"golang.org/x/net/ipv4", // beyond the table: drop-cost's flood sends with sendmmsg
 		// Beyond the table: drop-cost reads h3edge's /metrics with Prometheus's own
 		// text parser (the format package, not client_golang: bench registers nothing).
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
+	}},
+	// drop-cost's flooders: raw datagrams (sendmmsg), QUIC handshakes, TCP connects and
+	// request streams, each unit one the flooder chose to send; bench for its transports.
+	{pkg: "bench/scenario/flood", imports: []string{"bench"}, external: []string{
+		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3", "golang.org/x/net/ipv4",
 	}},
 	{pkg: "bench/chart", tests: []string{"bench/testkit"}},
 	// Beyond the table: the helpers every package's tests share (free ports, redis-server,
