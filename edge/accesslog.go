@@ -39,8 +39,9 @@ func (s *Server) setAccessLog(l *accesslog.Log) {
 }
 
 // logAccess writes one line per request to the access log, when there is one and the
-// request is sampled. It sits inside instrument, whose recorder knows the status, the
-// bytes and the start; handlers further in add route, key and decision through
+// request is sampled. It sits inside instrument, whose metrics.Recorder knows the
+// status and the bytes, and it logs the request at now, instrument's instant;
+// handlers further in add route, key and decision through
 // accesslog.FromContext. Requests refused by the stream budget are not logged, as
 // requests_total does not count them.
 func (s *Server) logAccess(next step) step {

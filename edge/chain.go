@@ -8,9 +8,9 @@ import (
 )
 
 // chain composes the middleware every request passes through, on all three protocols.
-// The order is the request's way through the house (DESIGN.md §1), outermost first
-// when read from the bottom: track, instrument (package metrics), then the steps,
-// then the origin.
+// The order is the request's way through the house (DESIGN.md §1), innermost first:
+// the origin behind enforce, … out to logAccess; then instrument (package metrics)
+// and track, the outermost.
 func (s *Server) chain(origin http.Handler) http.Handler {
 	h := s.enforce(origin)
 	h = s.routeRequest(h)

@@ -140,7 +140,7 @@ type Server struct {
 	shutdown bool
 
 	// acme obtains and renews tls.acme's certificates (nil without it), plain serves
-	// http_listen (nil without it): acme.go, httplisten.go.
+	// http_listen (nil without it, package plainhttp): acme.go, httplisten.go.
 	acme  *acme.Manager
 	plain *plainhttp.Server
 
