@@ -3,12 +3,11 @@ package edge
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/accesslog"
 	"github.com/h3edge/h3edge/edge/config"
-	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/metrics"
 )
 
 // openAccessLog starts the access log of c (nil: none). Its dropped lines are counted
@@ -40,38 +39,34 @@ func (s *Server) setAccessLog(l *accesslog.Log) {
 }
 
 // logAccess writes one line per request to the access log, when there is one and the
-// request is sampled. It sits inside instrument, whose recorder knows the status, the
-// bytes and the start; handlers further in add route, key and decision through
+// request is sampled. It sits inside instrument, whose metrics.Recorder knows the
+// status and the bytes, and it logs the request at now, instrument's instant;
+// handlers further in add route, key and decision through
 // accesslog.FromContext. Requests refused by the stream budget are not logged, as
 // requests_total does not count them.
-func (s *Server) logAccess(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) logAccess(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		al := s.access.Load()
-		rec, ok := w.(*statusRecorder)
-		if al == nil || !ok || !al.Sampled() {
-			next.ServeHTTP(w, r)
+		rec := metrics.RecorderOf(w)
+		if al == nil || rec == nil || !al.Sampled() {
+			next(w, r, now)
 			return
 		}
 		ctx, f := accesslog.NewContext(r.Context())
 		r = r.WithContext(ctx)
-		defer s.writeAccess(al, rec, r, f) // deferred: an aborted response is logged too
-		next.ServeHTTP(w, r)
-	})
+		defer s.writeAccess(al, rec, r, now, f) // deferred: an aborted response is logged too
+		next(w, r, now)
+	}
 }
 
-// writeAccess logs r's line.
-func (s *Server) writeAccess(al *accesslog.Log, rec *statusRecorder, r *http.Request, f *accesslog.Fields) {
-	if rec.refused {
+// writeAccess logs r's line; now is when the request reached the edge's handler.
+func (s *Server) writeAccess(al *accesslog.Log, rec *metrics.Recorder, r *http.Request, now time.Time, f *accesslog.Fields) {
+	if rec.Refused() {
 		return
 	}
-	code := rec.code
-	if code == 0 {
-		code = http.StatusOK // net/http's answer when the handler wrote nothing
-	}
-	rs := s.rules.Load()
-	e := accesslog.Entry{Time: rec.now, Proto: protoVersion(r), Method: r.Method, Host: r.Host, Path: requestPath(r),
-		Status: code, Bytes: rec.bytes, Duration: time.Since(rec.now),
-		Client: rs.SourcePrefix(identity.ClientAddr(r, rs.Trusted)), Fields: *f}
+	e := accesslog.Entry{Time: now, Status: rec.Status(), Bytes: rec.Bytes(), Duration: time.Since(now),
+		Client: s.clientPrefix(r), Fields: *f}
+	e.SetRequest(r)
 	al.Log(&e)
 }
 
@@ -82,31 +77,4 @@ func (s *Server) accessFields(r *http.Request) *accesslog.Fields {
 		return nil
 	}
 	return accesslog.FromContext(r.Context())
-}
-
-// protoVersion names r's protocol version without allocating (r.Proto of an extended
-// CONNECT on HTTP/3 is its :protocol).
-func protoVersion(r *http.Request) string {
-	switch {
-	case r.ProtoMajor == 3:
-		return "HTTP/3.0"
-	case r.ProtoMajor == 2:
-		return "HTTP/2.0"
-	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
-		return "HTTP/1.1"
-	case r.ProtoMajor == 1 && r.ProtoMinor == 0:
-		return "HTTP/1.0"
-	}
-	return r.Proto
-}
-
-// requestPath is the request target as the client sent it, without the query: a
-// query may carry a client key (key: query:NAME).
-func requestPath(r *http.Request) string {
-	p := r.RequestURI
-	if p == "" {
-		p = r.URL.Path
-	}
-	p, _, _ = strings.Cut(p, "?")
-	return p
 }

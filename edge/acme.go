@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 	"github.com/h3edge/h3edge/certs/acme"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/metrics"
 )
 
 // acmeKeyPrefix is where storage: redis keeps certificates, keys, the ACME account and
@@ -40,7 +40,7 @@ func (s *Server) initACME(cfg *config.Config) error {
 		return nil
 	}
 	errors := prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "acme_errors_total",
+		Namespace: metrics.Namespace, Name: "acme_errors_total",
 		Help: "Failed attempts to obtain or renew an ACME certificate, or to load one from storage.",
 	})
 	if err := s.registry.Register(errors); err != nil {
@@ -116,34 +116,9 @@ func (s *Server) startACME() {
 }
 
 // getCertificate is the TLS configurations' GetCertificate, for HTTP/3 and TCP alike:
-// a CA's TLS-ALPN-01 validation gets its challenge certificate; otherwise a
-// certificate file's names win, then ACME's, then the files' default, ACME's first
-// domain, and last the development certificate.
+// the files in force and ACME's, as acme.Choose ranks them.
 func (s *Server) getCertificate(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	files := s.certs.Load()
-	m := s.acme
-	if m == nil {
-		return files.GetCertificate(h)
-	}
-	if acme.IsChallenge(h) {
-		return m.GetCertificate(h)
-	}
-	dev := files.Development()
-	if !dev {
-		if c := files.Lookup(h.ServerName); c != nil {
-			return c, nil
-		}
-	}
-	if c := m.Lookup(h.ServerName); c != nil {
-		return c, nil
-	}
-	if !dev {
-		return files.GetCertificate(h)
-	}
-	if c := m.Default(); c != nil {
-		return c, nil
-	}
-	return files.GetCertificate(h)
+	return acme.Choose(s.certs.Load(), s.acme, h)
 }
 
 // withACMEProtocol adds acme-tls/1 to a TCP listener's ALPN list when tls.acme
@@ -167,47 +142,8 @@ func (s *Server) acmeReadiness() string {
 	return "ok"
 }
 
-// certificateInfo is one entry of GET /api/v1/certificates: never key material.
-type certificateInfo struct {
-	Names    []string  `json:"names"`
-	Issuer   string    `json:"issuer"`
-	NotAfter time.Time `json:"not_after"`
-	Serial   string    `json:"serial"`
-	// Source is "file", "acme" or "development".
-	Source string `json:"source"`
-}
-
-// certificatesResponse is the body of GET /api/v1/certificates.
-type certificatesResponse struct {
-	Certificates []certificateInfo `json:"certificates"`
-	// Missing are ACME domains without a valid certificate yet.
-	Missing []string `json:"missing"`
-}
-
 // serveCertificates answers GET /api/v1/certificates: every certificate the edge
 // serves, files (or the development certificate) first, then ACME's.
 func (s *Server) serveCertificates(w http.ResponseWriter, _ *http.Request) {
-	resp := certificatesResponse{Certificates: []certificateInfo{}, Missing: []string{}}
-	for _, c := range s.certs.Load().Certificates() {
-		src := "file"
-		if c.Development {
-			src = "development"
-		}
-		resp.Certificates = append(resp.Certificates, certificateInfo{Names: c.Names, Issuer: c.Issuer, NotAfter: c.NotAfter, Serial: c.Serial, Source: src})
-	}
-	if s.acme != nil {
-		for _, c := range s.acme.Certificates() {
-			resp.Certificates = append(resp.Certificates, certificateInfo{Names: c.Names, Issuer: c.Issuer, NotAfter: c.NotAfter, Serial: c.Serial, Source: "acme"})
-		}
-		resp.Missing = append(resp.Missing, s.acme.Missing()...)
-	}
-	admin.WriteJSON(w, http.StatusOK, resp)
-}
-
-// httpsPort is the port in redirects to https: "" for 443.
-func (s *Server) httpsPort() string {
-	if p := s.Addr().Port; p != 443 {
-		return strconv.Itoa(p)
-	}
-	return ""
+	admin.WriteJSON(w, http.StatusOK, acme.List(s.certs.Load(), s.acme))
 }

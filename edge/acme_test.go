@@ -21,6 +21,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/h3edge/h3edge/bench/testkit"
+	"github.com/h3edge/h3edge/certs/acme"
 	"github.com/h3edge/h3edge/edge/admin"
 	"github.com/h3edge/h3edge/edge/config"
 )
@@ -208,7 +209,7 @@ func TestACMETLSALPN01(t *testing.T) {
 	handshakeEach(t, e.port, filePool, "www.h3edge.test")
 	handshakeEach(t, e.port, filePool, "files.h3edge.test")
 
-	var list certificatesResponse
+	var list acme.Listing
 	if code := adminGet(t, e.Server, "/api/v1/certificates", &list); code != http.StatusOK {
 		t.Fatalf("/api/v1/certificates: %d", code)
 	}
@@ -295,7 +296,7 @@ func TestACMEDegradedWithoutCertificate(t *testing.T) {
 	if code := adminGet(t, e.Server, "/readyz", &rd); code != http.StatusOK || rd.Status != "degraded" || rd.Certificates != "missing" {
 		t.Fatalf("/readyz = %d %+v", code, rd)
 	}
-	var list certificatesResponse
+	var list acme.Listing
 	adminGet(t, e.Server, "/api/v1/certificates", &list)
 	if len(list.Missing) != 1 || list.Missing[0] != acmeDomain || len(list.Certificates) != 1 || list.Certificates[0].Source != "development" {
 		t.Fatalf("/api/v1/certificates = %+v", list)

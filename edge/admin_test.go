@@ -29,7 +29,7 @@ import (
 
 // opsEdge is a test edge started as production starts one: Listen binds its admin
 // listener, which serves the server's own registry and metrics, its chain counts the
-// requests, and the ban endpoints reach its penalty box through boxBans.
+// requests, and the ban endpoints reach its penalty box through bans.Admin.
 type opsEdge struct {
 	*testEdge
 	adminURL string // http://127.0.0.1:PORT, the listener Listen started
@@ -382,7 +382,7 @@ func TestAdminReload(t *testing.T) {
 }
 
 // TestAdminBans: list, ban and unban through the API, against the server's penalty
-// box (boxBans): what the API sets is what the box enforces.
+// box (bans.Admin): what the API sets is what the box enforces.
 func TestAdminBans(t *testing.T) {
 	e := startOps(t, nil, "tok", nil)
 	if code, _, body := e.call(t, "GET", "/api/v1/bans", nil); code != 200 || !strings.Contains(string(body), `"bans": []`) {
@@ -458,7 +458,7 @@ func TestAdminTopParam(t *testing.T) {
 	e := startOps(t, nil, "", nil)
 	for i := range 30 {
 		for range 30 - i {
-			e.metrics.observeKey(zipfKey(uint64(i)))
+			e.metrics.ObserveKey(zipfKey(uint64(i)))
 		}
 	}
 	for _, tc := range []struct {
@@ -523,7 +523,7 @@ func TestTopZipf(t *testing.T) {
 	for range stream {
 		i := z.Uint64()
 		truth[i]++
-		e.metrics.observeKey(zipfKey(i))
+		e.metrics.ObserveKey(zipfKey(i))
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -14,6 +14,7 @@ import (
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -52,7 +53,7 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 func (s *Server) admitH3Stream(addr netip.Addr) bool {
 	now := time.Now()
 	if s.box.Banned(addr) {
-		s.metrics.refusedStream(3, reasonBanned)
+		s.metrics.RefusedStream(3, metrics.Banned)
 		return false
 	}
 	if s.guard.AllowStream(addr, now) {
@@ -61,7 +62,7 @@ func (s *Server) admitH3Stream(addr netip.Addr) bool {
 	if !identity.Contains(s.rules.Load().Trusted, addr) {
 		s.box.Reject(addr, now)
 	}
-	s.metrics.refusedStream(3, reasonRate)
+	s.metrics.RefusedStream(3, metrics.Rate)
 	return false
 }
 
@@ -81,9 +82,8 @@ func (l unsentLimited) Accept() (net.Conn, error) {
 // streamBudget refuses requests over their source's stream budget before anything
 // else looks at them: HTTP/3 streams are reset with H3_REQUEST_REJECTED (no response
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
-func (s *Server) streamBudget(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := requestTime(w)
+func (s *Server) streamBudget(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		peer := identity.PeerAddr(r)
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
@@ -92,14 +92,14 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
 		// HTTP/3 streams were charged when h3Serve accepted them (admitH3Stream).
 		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
-			next.ServeHTTP(w, r)
+			next(w, r, now)
 			return
 		}
 		if !banned {
 			s.reject(r, now)
 		}
-		s.metrics.refusedStream(r.ProtoMajor, reasonRate)
-		markRefused(w)
+		s.metrics.RefusedStream(r.ProtoMajor, metrics.Rate)
+		metrics.MarkRefused(w)
 		if st, ok := w.(http3.HTTPStreamer); ok {
 			if str, err := st.HTTPStream(); err == nil {
 				str.CancelRead(quic.StreamErrorCode(http3.ErrCodeRequestRejected))
@@ -108,5 +108,5 @@ func (s *Server) streamBudget(next http.Handler) http.Handler {
 			}
 		}
 		answer.TooManyStreams(w, r)
-	})
+	}
 }

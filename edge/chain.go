@@ -2,15 +2,17 @@ package edge
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
 )
 
 // chain composes the middleware every request passes through, on all three protocols.
-// The order is the request's way through the house (DESIGN.md §1), outermost first.
+// The order is the request's way through the house (DESIGN.md §1), innermost first:
+// the origin behind enforce, … out to logAccess; then instrument (package metrics)
+// and track, the outermost.
 func (s *Server) chain(origin http.Handler) http.Handler {
-	h := origin
-	h = s.enforce(h)
+	h := s.enforce(origin)
 	h = s.routeRequest(h)
 	h = extendedConnect(h)
 	h = tooEarly(h)
@@ -19,10 +21,16 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = s.altSvc(h)
 	h = s.streamBudget(h)
 	h = s.logAccess(h)
-	h = s.metrics.instrument(h)
-	h = s.track(h)
-	return h
+	return s.track(s.metrics.Instrument(h))
 }
+
+// step is a handler of the chain between instrument and the origin. It is given now,
+// the instant instrument read for the request — the request's one clock read — so
+// that the stream budget, the access log and the policies decide at the same instant
+// without reading the clock again or finding it on the ResponseWriter. w is
+// instrument's *metrics.Recorder. Steps are closures built once with the chain, so
+// passing now costs no allocation.
+type step func(w http.ResponseWriter, r *http.Request, now time.Time)
 
 // track counts the requests in flight, so Shutdown knows when HTTP/3 has drained.
 func (s *Server) track(next http.Handler) http.Handler {
@@ -42,21 +50,21 @@ func (s *Server) track(next http.Handler) http.Handler {
 // altSvc advertises HTTP/3 on HTTP/1.1 and HTTP/2 responses. The value is the
 // configuration's, written by us, so it does not depend on when quic-go registered its
 // listener.
-func (s *Server) altSvc(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) altSvc(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if r.ProtoMajor < 3 {
 			if v := s.altSvcValue.Load(); v != nil && *v != nil {
 				w.Header()["Alt-Svc"] = *v
 			}
 		}
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, now)
+	}
 }
 
 // tooEarly answers 425 to a request that arrived in 0-RTT data unless its method is
 // safe: 0-RTT can be replayed by an attacker, so only idempotent reads are accepted.
-func tooEarly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func tooEarly(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if r.TLS != nil && !r.TLS.HandshakeComplete {
 			switch r.Method {
 			case http.MethodGet, http.MethodHead, http.MethodOptions:
@@ -66,8 +74,8 @@ func tooEarly(next http.Handler) http.Handler {
 				return
 			}
 		}
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, now)
+	}
 }
 
 // extendedConnect answers 501 to an extended CONNECT (RFC 8441 on HTTP/2, RFC 9220 on
@@ -76,29 +84,29 @@ func tooEarly(next http.Handler) http.Handler {
 // SETTINGS_ENABLE_CONNECT_PROTOCOL on every HTTP/3 connection with no way to turn it
 // off (http3.Server.settings), so clients send such requests; HTTP/2 advertises it
 // only when GODEBUG has http2xconnect=1.
-func extendedConnect(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func extendedConnect(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if r.Method == http.MethodConnect && (r.ProtoMajor == 3 && r.Proto != "HTTP/3.0" || r.Header[":protocol"] != nil) {
 			answer.Problem(w, r, http.StatusNotImplemented, "Not Implemented",
 				"extended CONNECT is not supported: WebSocket passes through on HTTP/1.1 (Upgrade) only")
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, now)
+	}
 }
 
 // headerLimit answers 431 to a request whose header section is larger than
 // maxHeaderBytes, on every protocol: the servers beneath read up to
 // parseMaxHeaderBytes, so the answer is a problem document and requests_total counts it.
-func headerLimit(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func headerLimit(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if headerSize(r) > maxHeaderBytes {
 			answer.Problem(w, r, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
 				"the request's header section is larger than 64 KiB")
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, now)
+	}
 }
 
 // headerSize is the size of the header section as HTTP/2 and HTTP/3 count it (RFC 9113

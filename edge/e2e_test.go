@@ -392,16 +392,16 @@ func TestLargeHeader431(t *testing.T) {
 	big := strings.Repeat("a", 100<<10)
 	for _, p := range protos {
 		t.Run(p.name, func(t *testing.T) {
-			pi := map[string]int{"h1": protoH1, "h2": protoH2, "h3": protoH3}[p.name]
-			before := e.metrics.requests[pi][http.StatusRequestHeaderFieldsTooLarge-minCode].Load()
+			series := []string{"proto", p.name, "code", "431"}
+			before := counterValue(t, e.Server, "h3edge_requests_total", series...)
 			resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/", map[string]string{"X-Big": big}, nil)
 			var doc struct{ Status int }
 			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
 				json.Unmarshal(body, &doc) != nil || doc.Status != 431 {
 				t.Errorf("%d %q %q, want a 431 problem document", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 			}
-			if n := e.metrics.requests[pi][http.StatusRequestHeaderFieldsTooLarge-minCode].Load() - before; n != 1 {
-				t.Errorf("requests_total{proto=%q,code=\"431\"} grew by %d, want 1", p.name, n)
+			if n := counterValue(t, e.Server, "h3edge_requests_total", series...) - before; n != 1 {
+				t.Errorf("requests_total{proto=%q,code=\"431\"} grew by %v, want 1", p.name, n)
 			}
 			// And the server still serves.
 			resp, err := clientFor(t, p.name).Get(e.url + "/")

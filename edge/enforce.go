@@ -85,7 +85,7 @@ func (s *Server) initGlobal(cfg *config.Config) error {
 		return err
 	}
 	s.redis, s.global, s.hashes = st, st, st
-	s.metrics.breaker = func() bool { return st.Breaker() == redisstore.BreakerOpen }
+	s.storeBreaker = func() bool { return st.Breaker() == redisstore.BreakerOpen }
 	if cfg.Abuse.Share == nil || *cfg.Abuse.Share {
 		s.bans = st.Bans()
 		if err := s.bans.Subscribe(context.Background(), s.applySharedBan); err != nil {
@@ -107,20 +107,20 @@ func (s *Server) newEnforcer() *enforce.Enforcer {
 		Local:        s.store,
 		Global:       s.global,
 		Held:         &s.held,
-		ObserveKey:   s.metrics.observeKey,
-		ObserveStore: s.metrics.observeStore,
-		StoreFailed:  s.metrics.storeFailed,
+		ObserveKey:   s.metrics.ObserveKey,
+		ObserveStore: s.metrics.ObserveStore,
+		StoreFailed:  s.metrics.StoreFailed,
 		Refused:      s.refused,
 		Decided:      s.decided,
 	})
 }
 
 // enforce decides each request's per-key policies (enforce.Enforcer.Serve) at the
-// instant instrument took for it.
-func (s *Server) enforce(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.quota.Serve(w, r, requestTime(w), next)
-	})
+// instant instrument took for it, and hands the admitted ones to the origin.
+func (s *Server) enforce(origin http.Handler) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
+		s.quota.Serve(w, r, now, origin)
+	}
 }
 
 // decided puts a request's decision and its key's hash prefix (never the key) in its

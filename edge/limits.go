@@ -27,19 +27,19 @@ var errBodyTimeout = errors.New("edge: request body made no progress for limits.
 // that takes the body slowly does not count against the client. A read pays a timer
 // reset and two clock readings; only when the timer fires does the read get a past
 // deadline (http.ResponseController), which aborts it on every protocol.
-func (s *Server) bodyTimeout(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) bodyTimeout(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		d := s.config().Limits.BodyReadTimeout
 		if r.Body == nil || r.Body == http.NoBody || d <= 0 {
-			next.ServeHTTP(w, r)
+			next(w, r, now)
 			return
 		}
 		b := &slowBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: d, left: d}
 		defer b.stop()
 		r = r.WithContext(context.WithValue(r.Context(), slowBodyKey{}, b))
 		r.Body = b
-		next.ServeHTTP(w, r)
-	})
+		next(w, r, now)
+	}
 }
 
 // bodyProgress is what counts as progress on a request body: a client sending less

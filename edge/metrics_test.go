@@ -33,6 +33,33 @@ import (
 	"github.com/h3edge/h3edge/quicconn"
 )
 
+// counterValue reads the counter family{labels} (name, value, name, value…) from s's
+// registry, the one /metrics serves; 0 while the series does not exist.
+func counterValue(t testing.TB, s *Server, family string, labels ...string) float64 {
+	t.Helper()
+	fams, err := s.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != family {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+					return l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}) {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 // scrape reads /metrics through the admin listener and returns every h3edge sample as
 // "name{label="value",…}" → value (histograms as name_count).
 func (e *opsEdge) scrape(t testing.TB) map[string]float64 {
@@ -339,11 +366,11 @@ func (e *opsEdge) quicConnContext(t testing.TB) func(context.Context, *quic.Clie
 // TestMetricsStoreAndBans: the store hooks and the penalty box's counts.
 func TestMetricsStoreAndBans(t *testing.T) {
 	e := startOps(t, withPolicies(config.Policy{Name: "burst", Quota: 3, Window: time.Minute}), "", nil)
-	e.metrics.observeStore(2*time.Millisecond, nil)
-	e.metrics.observeStore(10*time.Millisecond, errors.New("i/o timeout"))
-	e.metrics.storeFailed("burst", true)
-	e.metrics.storeFailed("burst", true)
-	e.metrics.storeFailed("burst", false)
+	e.metrics.ObserveStore(2*time.Millisecond, nil)
+	e.metrics.ObserveStore(10*time.Millisecond, errors.New("i/o timeout"))
+	e.metrics.StoreFailed("burst", true)
+	e.metrics.StoreFailed("burst", true)
+	e.metrics.StoreFailed("burst", false)
 	// Two bans in the penalty box, one lifted: one in force, two made.
 	for _, p := range []string{"203.0.113.0/24", "198.51.100.0/24"} {
 		if code, _, body := e.call(t, "POST", "/api/v1/bans", strings.NewReader(`{"prefix":"`+p+`","duration":"1m","reason":"abuse"}`),
@@ -354,7 +381,7 @@ func TestMetricsStoreAndBans(t *testing.T) {
 	if code, _, body := e.call(t, "DELETE", "/api/v1/bans/198.51.100.0/24", nil); code != 204 {
 		t.Fatalf("lifting 198.51.100.0/24: %d %s", code, body)
 	}
-	e.metrics.breaker = func() bool { return true }
+	e.storeBreaker = func() bool { return true }
 	got := e.scrape(t)
 	for series, want := range map[string]float64{
 		`h3edge_store_breaker_open`:                                               1,
@@ -437,36 +464,5 @@ func TestChainAllocs(t *testing.T) {
 	w := &discardWriter{h: http.Header{}}
 	if n := testing.AllocsPerRun(10_000, func() { clear(w.h); s.handler.ServeHTTP(w, r) }); n != 0 {
 		t.Errorf("the chain allocates %v times per request", n)
-	}
-}
-
-// TestSampler: at most limit events per wall-clock second, with the count of those
-// held back handed to the next one let through.
-func TestSampler(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s := newSampler(2)
-	type step struct {
-		at         time.Duration
-		ok         bool
-		suppressed uint64
-	}
-	for i, st := range []step{
-		{0, true, 0},
-		{100 * time.Millisecond, true, 0},
-		{200 * time.Millisecond, false, 0},
-		{999 * time.Millisecond, false, 0},
-		{time.Second, true, 2}, // a new second: the two held back are reported
-		{1500 * time.Millisecond, true, 0},
-		{1600 * time.Millisecond, false, 0},
-		{5 * time.Second, true, 1},
-		{4 * time.Second, true, 0}, // a clock stepping back starts a new count
-	} {
-		ok, n := s.allow(t0.Add(st.at))
-		if ok != st.ok || n != st.suppressed {
-			t.Errorf("step %d at t0+%v: allow = %v, %d; want %v, %d", i, st.at, ok, n, st.ok, st.suppressed)
-		}
-	}
-	if ok, _ := newSampler(0).allow(t0); ok {
-		t.Error("a sampler of limit 0 let an event through")
 	}
 }

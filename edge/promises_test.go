@@ -49,7 +49,8 @@ func TestStats429CountsStreamRefusals(t *testing.T) {
 		}
 	}
 	// Both protocols share 127.0.0.1's budget: 2 served, 8 prebuilt 429s.
-	refused := e.metrics.refusedStr[protoH1][reasonRate].Load() + e.metrics.refusedStr[protoH2][reasonRate].Load()
+	refused := uint64(counterValue(t, e.Server, "h3edge_refused_streams_total", "proto", "h1", "reason", "rate") +
+		counterValue(t, e.Server, "h3edge_refused_streams_total", "proto", "h2", "reason", "rate"))
 	if refused != 8 {
 		t.Fatalf("refused_streams_total{proto=~h1|h2} = %d, want 8", refused)
 	}
@@ -421,7 +422,7 @@ func TestHeaderTimeoutH3(t *testing.T) {
 // nor counted. What h3edge can promise: a 400, the connection closed, no handler run.
 func TestNegativeContentLengthHTTP1(t *testing.T) {
 	e := startEdge(t, nil)
-	before := e.metrics.requests[protoH1][http.StatusBadRequest-minCode].Load()
+	before := counterValue(t, e.Server, "h3edge_requests_total", "proto", "h1", "code", "400")
 	conn, err := tls.Dial("tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -436,8 +437,8 @@ func TestNegativeContentLengthHTTP1(t *testing.T) {
 	if !strings.HasPrefix(string(reply), "HTTP/1.1 400 ") || !strings.Contains(string(reply), "\r\nConnection: close\r\n") {
 		t.Errorf("reply %q, want net/http's 400 and the connection closed", reply)
 	}
-	if n := e.metrics.requests[protoH1][http.StatusBadRequest-minCode].Load() - before; n != 0 {
-		t.Errorf("a handler ran: requests_total{h1,400} grew by %d", n)
+	if n := counterValue(t, e.Server, "h3edge_requests_total", "proto", "h1", "code", "400") - before; n != 0 {
+		t.Errorf("a handler ran: requests_total{h1,400} grew by %v", n)
 	}
 }
 

@@ -9,14 +9,12 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/route"
 	"github.com/h3edge/h3edge/edge/upstream"
 )
@@ -209,59 +207,28 @@ func (s *Server) hashKey(r *http.Request) string {
 // routeRequest chooses the request's route, for the policies (match: {route: NAME})
 // and the origin, which answers 404 to a request no route matches. Without routing
 // (the demo origin) it does nothing.
-func (s *Server) routeRequest(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) routeRequest(next step) step {
+	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		rt := s.routing.Load()
 		if rt == nil {
-			next.ServeHTTP(w, r)
+			next(w, r, now)
 			return
 		}
 		m := rt.table.Match(r)
 		if m == nil {
 			// The policies that name no route still apply (a client probing for
 			// paths is limited like any other); the origin answers 404.
-			next.ServeHTTP(w, r)
+			next(w, r, now)
 			return
 		}
 		if s.rules.Load().ByRoute {
 			r = r.WithContext(route.With(r.Context(), m))
 		} // else the origin finds the route again: cheaper than a copy of the request
-		next.ServeHTTP(w, r)
-		if rec, ok := w.(*statusRecorder); ok {
-			s.routeStats.count(m.Name, protoIndex(r.ProtoMajor), rec.code)
+		next(w, r, now)
+		if rec := metrics.RecorderOf(w); rec != nil {
+			s.metrics.CountRoute(m.Name, r.ProtoMajor, rec.Status())
 		}
-	})
-}
-
-// routeStats counts the responses of each route by protocol and status code, for
-// route_requests_total. Route names come from the configuration only, so the set is
-// bounded by what the configurations in force have named.
-type routeStats struct {
-	byName sync.Map // route name → *routeCounts
-}
-
-type routeCounts [numProtos][numCodes]atomic.Uint64
-
-func (rs *routeStats) count(name string, proto, code int) {
-	if code == 0 {
-		code = http.StatusOK
 	}
-	if code < minCode || code > maxCode {
-		return // net/http allows up to 999; requests_total has those
-	}
-	c, ok := rs.byName.Load(name)
-	if !ok {
-		c, _ = rs.byName.LoadOrStore(name, new(routeCounts))
-	}
-	c.(*routeCounts)[proto][code-minCode].Add(1)
-}
-
-// routeOf returns the name of the route r took, "" if none.
-func routeOf(r *http.Request) string {
-	if m := route.FromContext(r.Context()); m != nil {
-		return m.Name
-	}
-	return ""
 }
 
 func writeNoRoute(w http.ResponseWriter, r *http.Request) {
@@ -280,80 +247,6 @@ func writeBodyTooLarge(w http.ResponseWriter, r *http.Request, m *route.Route) {
 // Retry-After, at once.
 func writeNoHealthy(w http.ResponseWriter, r *http.Request, e *upstream.NoHealthyError) {
 	answer.Unavailable(w, r, e.RetryAfter, "no healthy target in this route's upstream")
-}
-
-// upstreamCollector exposes the pools' metrics (DESIGN.md §9) at scrape time.
-type upstreamCollector struct {
-	s                                         *Server
-	requests, duration, healthy, retr, routed *prometheus.Desc
-}
-
-func newUpstreamCollector(s *Server) *upstreamCollector {
-	name := func(n string) string { return prometheus.BuildFQName(metricsNamespace, "", n) }
-	return &upstreamCollector{
-		s: s,
-		requests: prometheus.NewDesc(name("upstream_requests_total"),
-			`Tries sent to each target, by the status code of its response ("error": none came: connect error, reset, timeout).`,
-			[]string{"upstream", "target", "code"}, nil),
-		duration: prometheus.NewDesc(name("upstream_duration_seconds"),
-			"Time from sending a try to its response header.", []string{"upstream"}, nil),
-		healthy: prometheus.NewDesc(name("upstream_healthy"),
-			"1 while a target is in rotation, 0 while it is ejected or failing its health checks.",
-			[]string{"upstream", "target"}, nil),
-		retr: prometheus.NewDesc(name("upstream_retries_total"),
-			"Tries after a request's first, on another target.", []string{"upstream"}, nil),
-		routed: prometheus.NewDesc(name("route_requests_total"),
-			"Requests answered, by the route that took them (names from the configuration), protocol and status code; requests no route took are in requests_total only.",
-			[]string{"route", "proto", "code"}, nil),
-	}
-}
-
-func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.requests
-	ch <- c.duration
-	ch <- c.healthy
-	ch <- c.retr
-	ch <- c.routed
-}
-
-func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.routeStats.byName.Range(func(k, v any) bool {
-		counts := v.(*routeCounts)
-		for p := range counts {
-			for i := range counts[p] {
-				if n := counts[p][i].Load(); n > 0 {
-					ch <- prometheus.MustNewConstMetric(c.routed, prometheus.CounterValue, float64(n), k.(string), protoNames[p], codeNames[i])
-				}
-			}
-		}
-		return true
-	})
-	for _, p := range c.s.routing.Load().poolList() {
-		st := p.Stats()
-		ch <- prometheus.MustNewConstMetric(c.retr, prometheus.CounterValue, float64(st.Retries), st.Name)
-		buckets := make(map[float64]uint64, len(upstream.DurationBuckets))
-		var n uint64
-		for i, v := range st.Duration {
-			n += v
-			if i < len(upstream.DurationBuckets) {
-				buckets[upstream.DurationBuckets[i]] = n
-			}
-		}
-		ch <- prometheus.MustNewConstHistogram(c.duration, n, st.DurationSum.Seconds(), buckets, st.Name)
-		for _, t := range st.Targets {
-			h := 0.0
-			if t.Healthy {
-				h = 1
-			}
-			ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, h, st.Name, t.URL)
-			for code, v := range t.Codes {
-				ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(v), st.Name, t.URL, strconv.Itoa(code))
-			}
-			if t.Errors > 0 {
-				ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(t.Errors), st.Name, t.URL, "error")
-			}
-		}
-	}
 }
 
 // upstreamsHandler serves GET /api/v1/upstreams: each pool's targets with their state,

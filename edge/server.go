@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +29,8 @@ import (
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/metrics"
+	"github.com/h3edge/h3edge/edge/plainhttp"
 	"github.com/h3edge/h3edge/edge/rules"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
@@ -69,8 +70,7 @@ type Server struct {
 	certs  atomic.Pointer[certs.Store]
 	origin atomic.Pointer[http.Handler]
 	// routing is the route table and pools behind origin (nil: the demo origin).
-	routing    atomic.Pointer[routing]
-	routeStats routeStats // responses per route, kept across reloads
+	routing atomic.Pointer[routing]
 
 	handler http.Handler
 
@@ -98,11 +98,16 @@ type Server struct {
 	// dropped at the cheapest layer.
 	box *penalty.Box
 
-	// Operations: metrics on their own registry, the admin listener (nil when off),
-	// and the sampler that keeps rejection logs to a few lines per second.
+	// Operations: metrics on their own registry, the heavy-hitter sketches behind
+	// /api/v1/top, and the sampler that keeps rejection logs to a few lines per second.
 	registry  *prometheus.Registry
-	metrics   *metrics
+	metrics   *metrics.Metrics
+	top       *admin.Top
 	rejectLog *sampler
+	// storeBreaker reports whether the shared store's circuit breaker is open
+	// (decisions follow on_store_failure without asking Redis), for
+	// store_breaker_open and /readyz. Nil without Redis; set in New.
+	storeBreaker func() bool
 	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
 	upstreamLog *sampler
 	held        enforce.Held // concurrency units held now, per policy
@@ -135,9 +140,9 @@ type Server struct {
 	shutdown bool
 
 	// acme obtains and renews tls.acme's certificates (nil without it), plain serves
-	// http_listen (nil without it): acme.go, httplisten.go.
+	// http_listen (nil without it, package plainhttp): acme.go, httplisten.go.
 	acme  *acme.Manager
-	plain *plainHTTP
+	plain *plainhttp.Server
 
 	done       chan struct{} // closed when the server stops, ending background work
 	kernelBans *bans.Kernel  // the kernel's ban filter, kept equal to box
@@ -198,8 +203,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
 	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
-	s.registry = newRegistry()
-	if s.metrics, err = newMetrics(s.registry, s); err != nil {
+	s.registry = metrics.NewRegistry()
+	s.top = admin.NewTop()
+	if s.metrics, err = s.newMetrics(s.registry); err != nil {
 		return nil, err
 	}
 	s.rejectLog = newSampler(10)
@@ -229,15 +235,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.access.Store(al)
 	s.routing.Store(rt)
-	s.registry.MustRegister(newUpstreamCollector(s))
 	s.handler = s.chain(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*s.origin.Load()).ServeHTTP(w, r)
 	}))
 	return s, nil
 }
-
-// banned reports whether addr's source is in the penalty box.
-func (s *Server) banned(addr netip.Addr) bool { return s.box.Banned(addr) }
 
 // config returns the configuration in force.
 func (s *Server) config() *config.Config { return s.cfg.Load() }
@@ -394,7 +396,7 @@ func (s *Server) Serve() error {
 	}
 	s.quicTr = &quic.Transport{
 		Conn:                s.guard.WrapConn(udpConn),
-		ConnContext:         s.metrics.connContext(s.guard.ConnContext),
+		ConnContext:         s.metrics.ConnContext(s.guard.ConnContext),
 		VerifySourceAddress: s.guard.VerifySourceAddress,
 	}
 	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.tlsConfig()), qconf)
@@ -415,7 +417,7 @@ func (s *Server) Serve() error {
 	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
-	go s.metrics.top.Age(s.done)
+	go s.top.Age(s.done)
 	go func() {
 		if err := adm.Serve(); !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin listener failed", "error", err)

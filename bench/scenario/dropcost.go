@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"time"
+
+	"github.com/h3edge/h3edge/bench/scenario/flood"
 )
 
 const claimDropCost = "a banned source's datagram costs the server at least 50× less CPU than a full policy 429 (short mode: 20×); the order of the other layers is reported, not claimed"
@@ -45,7 +47,7 @@ type dropLayer struct {
 	srcs   []netip.Addr
 	ban    bool // ban srcs through the admin API before flooding
 	// build makes the layer's flooder for s, whose certificate tc pins.
-	build func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error)
+	build func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error)
 	full  bool // full mode only
 }
 
@@ -55,10 +57,10 @@ type dropRound struct {
 	CPUms float64 `json:"server_cpu_ms"`
 	// Below is set when the server used less CPU than one clock tick (10 ms) in the
 	// round: CPUms and PerUnitUs are then upper bounds, one tick's worth.
-	Below     bool       `json:"below_one_tick,omitempty"`
-	Seconds   float64    `json:"seconds"`
-	PerUnitUs float64    `json:"cpu_per_unit_us"`
-	Client    floodStats `json:"client"`
+	Below     bool        `json:"below_one_tick,omitempty"`
+	Seconds   float64     `json:"seconds"`
+	PerUnitUs float64     `json:"cpu_per_unit_us"`
+	Client    flood.Stats `json:"client"`
 }
 
 // dropResult is a layer's measurements.
@@ -118,42 +120,42 @@ func dropLayers() []*dropLayer {
 			Key: "datagram", label: "banned, datagram", Name: "dropped datagram", Unit: "UDP datagram (a replayed QUIC Initial) from a banned source", Proto: "udp",
 			Series: []string{`h3edge_dropped_datagrams_total{reason="banned"}`, `h3edge_dropped_datagrams_total{reason="kernel"}`}, Ref: "full-h3",
 			config: dropBoxOff, srcs: []netip.Addr{dropSrcDatagram}, ban: true,
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				initial, err := captureInitial(ctx, tc)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				initial, err := flood.CaptureInitial(ctx, tc)
 				if err != nil {
 					return nil, err
 				}
-				return newDatagramFlood(l.srcs, s.addr, initial)
+				return flood.NewDatagram(l.srcs, s.addr, initial)
 			},
 		},
 		{
 			Key: "quic", label: "QUIC, handshake", Name: "refused QUIC connection", Unit: "QUIC handshake over the source's connection budget: Retry, then CONNECTION_REFUSED", Proto: "h3",
 			Series: []string{`h3edge_refused_connections_total{proto="h3",reason="rate"}`}, Ref: "full-h3",
 			config: "ip:\n  connections: {rate: 0.001, burst: 1}\n" + dropNoRetry + dropBoxOff, srcs: dropSrcQUIC,
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return newQUICConnFlood(l.srcs, s.addr, tc, dropWorkers)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return flood.NewQUICConn(l.srcs, s.addr, tc, dropWorkers)
 			},
 		},
 		{
 			Key: "quic-replay", label: "replayed, Initial *", Name: "refused QUIC Initial, replayed", Unit: "a client's token-carrying Initial (after a Retry) replayed from its source: CONNECTION_REFUSED at the budget, no Retry", Proto: "h3",
 			Series: []string{`h3edge_refused_connections_total{proto="h3",reason="rate"}`}, Ref: "full-h3", Aside: true,
 			config: "ip:\n  connections: {rate: 0.001, burst: 1}\n" + dropNoRetry + dropBoxOff, srcs: []netip.Addr{dropSrcReplay},
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
 				// Spend the source's burst of one connection, so that the next dial is
 				// asked for a Retry and then refused.
-				spend, err := newQUICConnFlood(l.srcs, s.addr, tc, 1)
+				spend, err := flood.NewQUICConn(l.srcs, s.addr, tc, 1)
 				if err != nil {
 					return nil, err
 				}
-				spend.flood(ctx, 20*time.Millisecond)
-				spend.close()
-				f, err := newDatagramFlood(l.srcs, s.addr, nil)
+				spend.Flood(ctx, 20*time.Millisecond)
+				spend.Close()
+				f, err := flood.NewDatagram(l.srcs, s.addr, nil)
 				if err != nil {
 					return nil, err
 				}
 				// A Retry token lives 10 s: capture a fresh one before every flood.
-				f.refresh = func(ctx context.Context) ([]byte, error) {
-					return captureTokenInitial(ctx, l.srcs[0], s.addr, tc)
+				f.Refresh = func(ctx context.Context) ([]byte, error) {
+					return flood.CaptureTokenInitial(ctx, l.srcs[0], s.addr, tc)
 				}
 				return f, nil
 			},
@@ -162,48 +164,48 @@ func dropLayers() []*dropLayer {
 			Key: "tcp", label: "TCP, accept", Name: "refused TCP accept", Unit: "TCP connection from a banned source, reset at accept before TLS", Proto: "tcp",
 			Series: []string{`h3edge_refused_connections_total{proto="tcp",reason="banned"}`}, Ref: "full-h2",
 			config: dropBoxOff, srcs: dropSrcTCP, ban: true,
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return &tcpFlood{srcs: l.srcs, dst: s.addr, workers: dropWorkers}, nil
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return &flood.TCP{Srcs: l.srcs, Dst: s.addr, Workers: dropWorkers}, nil
 			},
 		},
 		{
 			Key: "stream", label: "h3, stream", Name: "refused h3 stream", Unit: "HTTP/3 request over the source's stream budget, reset with H3_REQUEST_REJECTED", Proto: "h3",
 			Series: []string{`h3edge_refused_streams_total{proto="h3",reason="rate"}`}, Ref: "full-h3",
 			config: streamsTiny + dropBoxOff, srcs: []netip.Addr{dropSrcStream},
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return newH3Flood(ctx, l.srcs[0], s.addr, s.url("/"), nil, tc, dropStreams)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return flood.NewH3(ctx, l.srcs[0], s.addr, s.url("/"), nil, tc, dropStreams)
 			},
 		},
 		{
 			Key: "prebuilt", label: "prebuilt, 429 (h2)", Name: "prebuilt 429", Unit: "HTTP/2 request over the source's stream budget, answered with the prebuilt 429", Proto: "h2",
 			Series: []string{`h3edge_refused_streams_total{proto="h2",reason="rate"}`}, Ref: "full-h2",
 			config: streamsTiny + dropBoxOff, srcs: []netip.Addr{dropSrcPrebuilt},
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return newH2Flood(l.srcs[0], s.addr, s.url("/"), nil, tc, dropStreams)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return flood.NewH2(l.srcs[0], s.addr, s.url("/"), nil, tc, dropStreams)
 			},
 		},
 		{
 			Key: "full-h3", label: "full 429, (h3)", Name: "full 429 (h3)", Unit: "HTTP/3 request denied by a per-key policy: RateLimit fields, Retry-After, problem document", Proto: "h3",
 			Series: []string{`h3edge_requests_total{code="429",proto="h3"}`},
 			config: ipLimitsRaised + dropBoxOff + dropFullQuota, srcs: []netip.Addr{dropSrcFull3},
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return newH3Flood(ctx, l.srcs[0], s.addr, s.url("/api/x"), h("X-Api-Key", "k-drop-cost"), tc, dropStreams)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return flood.NewH3(ctx, l.srcs[0], s.addr, s.url("/api/x"), h("X-Api-Key", "k-drop-cost"), tc, dropStreams)
 			},
 		},
 		{
 			Key: "full-h2", label: "full 429, (h2)", Name: "full 429 (h2)", Unit: "HTTP/2 request denied by a per-key policy: RateLimit fields, Retry-After, problem document", Proto: "h2",
 			Series: []string{`h3edge_requests_total{code="429",proto="h2"}`},
 			config: ipLimitsRaised + dropBoxOff + dropFullQuota, srcs: []netip.Addr{dropSrcFull2},
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return newH2Flood(l.srcs[0], s.addr, s.url("/api/x"), h("X-Api-Key", "k-drop-cost"), tc, dropStreams)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return flood.NewH2(l.srcs[0], s.addr, s.url("/api/x"), h("X-Api-Key", "k-drop-cost"), tc, dropStreams)
 			},
 		},
 		{
 			Key: "served-h3", label: "served 200, (h3) *", Name: "served 200 (h3)", Unit: "HTTP/3 request served by the demo origin (no policy): for scale, not a refusal", Proto: "h3",
 			Series: []string{`h3edge_requests_total{code="200",proto="h3"}`}, Ref: "full-h3", Aside: true, full: true,
 			config: ipLimitsRaised + dropBoxOff, srcs: []netip.Addr{dropSrcServed},
-			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flooder, error) {
-				return newH3Flood(ctx, l.srcs[0], s.addr, s.url("/"), nil, tc, dropStreams)
+			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
+				return flood.NewH3(ctx, l.srcs[0], s.addr, s.url("/"), nil, tc, dropStreams)
 			},
 		},
 	}

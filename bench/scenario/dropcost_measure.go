@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/scenario/flood"
 )
 
 // measureDropCost starts a fresh h3edge per layer, each set up (bans, connections)
@@ -17,11 +18,11 @@ import (
 func measureDropCost(ctx context.Context, e *env, sched dropSchedule) ([]*dropResult, error) {
 	layers := sched.layers
 	servers := make([]*server, len(layers))
-	floods := make([]flooder, len(layers))
+	floods := make([]flood.Flooder, len(layers))
 	defer func() {
 		for _, f := range floods {
 			if f != nil {
-				f.close()
+				f.Close()
 			}
 		}
 	}()
@@ -38,7 +39,7 @@ func measureDropCost(ctx context.Context, e *env, sched dropSchedule) ([]*dropRe
 			return nil, err
 		}
 		floods[i] = f
-		f.flood(ctx, sched.warm)
+		f.Flood(ctx, sched.warm)
 	}
 
 	results := make([]*dropResult, len(layers))
@@ -67,7 +68,7 @@ func measureDropCost(ctx context.Context, e *env, sched dropSchedule) ([]*dropRe
 
 // setUpLayer bans the layer's sources on s if the layer says so and builds its
 // flooder, pinning s's certificate.
-func setUpLayer(ctx context.Context, s *server, l *dropLayer) (flooder, error) {
+func setUpLayer(ctx context.Context, s *server, l *dropLayer) (flood.Flooder, error) {
 	if l.ban {
 		for _, src := range l.srcs {
 			if err := banSource(ctx, s.admin, netip.PrefixFrom(src, 32), 10*time.Minute); err != nil {
@@ -88,7 +89,7 @@ func setUpLayer(ctx context.Context, s *server, l *dropLayer) (flooder, error) {
 
 // measureRound floods s for dur and returns the round with the metrics scraped
 // before and after it.
-func measureRound(ctx context.Context, s *server, f flooder, l *dropLayer, dur time.Duration) (r dropRound, m0, m1 map[string]float64, err error) {
+func measureRound(ctx context.Context, s *server, f flood.Flooder, l *dropLayer, dur time.Duration) (r dropRound, m0, m1 map[string]float64, err error) {
 	if err := s.alive(); err != nil {
 		return r, nil, nil, err
 	}
@@ -101,7 +102,7 @@ func measureRound(ctx context.Context, s *server, f flooder, l *dropLayer, dur t
 		return r, nil, nil, err
 	}
 	start := time.Now()
-	st := f.flood(ctx, dur)
+	st := f.Flood(ctx, dur)
 	// Let the server finish what is queued (socket buffers, in-flight handshakes)
 	// before reading its CPU.
 	sleep(ctx, 50*time.Millisecond)

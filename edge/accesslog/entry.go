@@ -7,8 +7,10 @@ package accesslog
 import (
 	"context"
 	"encoding/hex"
+	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -32,6 +34,38 @@ type Entry struct {
 	Client netip.Prefix
 	// Fields are what the chain and the proxy learn while handling the request.
 	Fields
+}
+
+// SetRequest fills e's Proto, Method, Host and Path from r, without allocating.
+func (e *Entry) SetRequest(r *http.Request) {
+	e.Proto, e.Method, e.Host, e.Path = protoVersion(r), r.Method, r.Host, requestPath(r)
+}
+
+// protoVersion names r's protocol version without allocating (r.Proto of an extended
+// CONNECT on HTTP/3 is its :protocol).
+func protoVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 3:
+		return "HTTP/3.0"
+	case r.ProtoMajor == 2:
+		return "HTTP/2.0"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
+		return "HTTP/1.1"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 0:
+		return "HTTP/1.0"
+	}
+	return r.Proto
+}
+
+// requestPath is the request target as the client sent it, without the query: a
+// query may carry a client key (key: query:NAME).
+func requestPath(r *http.Request) string {
+	p := r.RequestURI
+	if p == "" {
+		p = r.URL.Path
+	}
+	p, _, _ = strings.Cut(p, "?")
+	return p
 }
 
 // Fields are the parts of an Entry that handlers further in set while the request is

@@ -1,6 +1,14 @@
 // Package config is h3edge's configuration: the YAML file of DESIGN.md §4 decoded
 // strictly into Config (every problem placed at its file, line and field), its defaults
 // resolved in one place, its validation, and the keys file it names.
+//
+// It is larger than the module's other rooms (about 2 900 lines) on purpose: it is one
+// schema, and its types, their defaults, their validation and the strict decoder that
+// places each problem belong together — a new field is added, defaulted and validated
+// in one package, which the reflection tests check is complete. Splitting it by section
+// (routes, ACME, keys) would spread one contract over packages that would all import
+// one another's types. Each section has its own files instead (routes.go, acme.go,
+// keys.go beside load.go, defaults.go and validate.go).
 package config
 
 import (

@@ -45,4 +45,13 @@
 // Global concurrency policies hold one sorted-set member per unit, scored by expiry,
 // renewed while held and removed by Release; the units of an edge that dies return
 // within Config.ConcurrencyTTL. BanBus shares the penalty box's bans between edges.
+//
+// # Size
+//
+// The package is about 2 900 lines, beyond the module's ~2 000, because it is the one
+// importer of go-redis (DESIGN §2): every use of Redis — decisions, concurrency units,
+// the shared bans (BanBus), ACME's blobs and lock (Blobs), the plans' hash (ScanHash) —
+// goes through the one client, its clock offset, its timeout and its breaker, which a
+// sub-package could reach only by exporting them. Each concern has its own file
+// (call.go, batch.go, negcache.go, breaker.go, concurrency.go, banbus.go, blob.go, …).
 package redisstore

@@ -39,7 +39,8 @@ var rules = []rule{
 		"bench/testkit", // WaitFor
 	}},
 	{pkg: "certs"},
-	{pkg: "certs/acme", external: []string{
+	// certs: which certificate a handshake gets, and the listing, rank ACME's beside the files'.
+	{pkg: "certs/acme", imports: []string{"certs"}, external: []string{
 		// Beyond the table: ACME (DESIGN §10) with a well-kept library rather than the
 		// protocol written here, certmagic (Caddy's), whose Storage and Locker let a fleet
 		// share certificates and one ordering lock; it logs through zap, bridged to slog.
@@ -48,7 +49,7 @@ var rules = []rule{
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
-		"edge/admin", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo",
+		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -56,13 +57,15 @@ var rules = []rule{
 		"github.com/prometheus/client_golang/...", // only edge registers metrics (STYLE.md)
 		"go.yaml.in/yaml/v3",                      // the configuration file
 	}, tests: []string{"bench", "bench/scenario", "bench/testkit"}},
-	// edge's rooms: none knows a listener, Prometheus or go-redis, and none imports edge,
+	// edge's rooms: none knows a listener or go-redis, only edge/metrics (which fills the
+	// registry) and edge/admin (which serves it) know Prometheus, and none imports edge,
 	// so each can be read and tested on its own.
 	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
 	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated.
 	{pkg: "edge/admission", imports: []string{"quicconn", "edge/config"}},
 	// The penalty box's configuration from config, and its bans kept in the kernel's filter.
-	{pkg: "edge/bans", imports: []string{"limiter", "edge/config"}},
+	// It is shown to admin's ban endpoints too (bans.Admin is an admin.BanList).
+	{pkg: "edge/bans", imports: []string{"limiter", "edge/config", "edge/admin"}},
 	{pkg: "edge/answer", imports: []string{"headers"}}, // the edge's refusals: headers builds the documents
 	// Client keys become limiter.Keys; config says what a valid key is and reads keys.file.
 	{pkg: "edge/identity", imports: []string{"limiter", "edge/config"}},
@@ -76,11 +79,19 @@ var rules = []rule{
 		"github.com/prometheus/client_model/go",   // the families Gatherer.Gather returns, read for the dashboard
 		"go.yaml.in/yaml/v3",                      // GET /api/v1/config?format=yaml
 	}},
+	// The instrumentation (DESIGN §7): it counts requests itself and reads at scrape time,
+	// through hooks, what the rooms count (the policies, the guard, the TCP admission, the
+	// penalty box, the pools); it feeds admin's heavy-hitter sketch. quic-go for the
+	// QUIC ConnContext it wraps and the HTTP/3 stream its Recorder passes through.
+	{pkg: "edge/metrics", imports: []string{"limiter", "quicconn", "edge/admin", "edge/admission", "edge/rules", "edge/upstream"},
+		external: []string{"github.com/prometheus/client_golang/...", "github.com/quic-go/quic-go/..."}},
 	{pkg: "edge/accesslog"}, // std only: the lines and their writer know nothing of the edge
 	// Beyond the table: issue 12's route table and upstream pools, each a room of
 	// edge's that needs only the standard library (edge converts the configuration).
 	{pkg: "edge/route"},
 	{pkg: "edge/upstream"},
+	// http_listen's redirects and ACME HTTP-01 answers (through a hook): std only.
+	{pkg: "edge/plainhttp"},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
 	// bench/scenario's bare baseline serves the very handler h3edge serves.
 	{pkg: "edge/demo"},
@@ -100,17 +111,21 @@ var rules = []rule{
 	{pkg: "bench/attack", external: []string{
 		"golang.org/x/net/http2", "golang.org/x/net/http2/hpack", "github.com/quic-go/quic-go",
 	}},
-	{pkg: "bench/scenario", imports: []string{"bench", "bench/attack", "bench/chart", "headers",
+	{pkg: "bench/scenario", imports: []string{"bench", "bench/attack", "bench/chart", "bench/scenario/flood", "headers",
 		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
 		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
 		"bench/testkit", // FreePort and NextPhase, shared with the tests of every package
 	}, external: []string{
 		// The floods and the bare baseline server speak QUIC and HTTP/3 themselves.
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3",
-		"golang.org/x/net/ipv4", // beyond the table: drop-cost's flood sends with sendmmsg
 		// Beyond the table: drop-cost reads h3edge's /metrics with Prometheus's own
 		// text parser (the format package, not client_golang: bench registers nothing).
 		"github.com/prometheus/common/expfmt", "github.com/prometheus/common/model",
+	}},
+	// drop-cost's flooders: raw datagrams (sendmmsg), QUIC handshakes, TCP connects and
+	// request streams, each unit one the flooder chose to send; bench for its transports.
+	{pkg: "bench/scenario/flood", imports: []string{"bench"}, external: []string{
+		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3", "golang.org/x/net/ipv4",
 	}},
 	{pkg: "bench/chart", tests: []string{"bench/testkit"}},
 	// Beyond the table: the helpers every package's tests share (free ports, redis-server,

@@ -1,10 +1,15 @@
-package scenario
+// Package flood is the drop-cost scenario's flooders: each sends one kind of unit that a
+// layer of h3edge refuses — raw datagrams (Datagram), QUIC handshakes (QUICConn), TCP
+// connections (TCP), request streams (Requests, over HTTP/3 or HTTP/2) — from its own
+// loopback sources, as fast as the client's CPU allows, for a bounded time. Unlike
+// bench.Run's clients they never redial behind the caller's back, so every unit is one
+// the flooder chose to send.
+package flood
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,16 +17,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/ipv4"
@@ -29,22 +30,16 @@ import (
 	"github.com/h3edge/h3edge/bench"
 )
 
-// Flooders for the drop-cost scenario: each sends one kind of unit that a layer of
-// h3edge refuses — raw datagrams, QUIC handshakes, TCP connections, request streams —
-// from its own loopback sources, as fast as the client's CPU allows, for a bounded time.
-// Unlike bench.Run's clients they never redial behind the caller's back, so every unit is one
-// the flooder chose to send.
-
-// flooder sends units for d (and no longer than ctx allows) and reports what it saw.
-// It may be called again; close releases its sockets.
-type flooder interface {
-	flood(ctx context.Context, d time.Duration) floodStats
-	close()
+// Flooder sends units for d (and no longer than ctx allows) and reports what it saw.
+// It may be called again; Close releases its sockets.
+type Flooder interface {
+	Flood(ctx context.Context, d time.Duration) Stats
+	Close()
 }
 
-// floodStats is a flood seen from the client: units sent and their outcomes by name
+// Stats is a flood seen from the client: units sent and their outcomes by name
 // (an HTTP status code, a bench.ErrorKind, or a flooder's own word such as "dropped").
-type floodStats struct {
+type Stats struct {
 	Sent     int64            `json:"sent"`
 	Outcomes map[string]int64 `json:"outcomes,omitempty"`
 }
@@ -64,10 +59,10 @@ func (o *outcomes) add(name string, n int64) {
 	o.m[name] += n
 }
 
-func (o *outcomes) stats() floodStats {
+func (o *outcomes) stats() Stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var st floodStats
+	var st Stats
 	st.Outcomes = make(map[string]int64, len(o.m))
 	for k, v := range o.m {
 		st.Outcomes[k] = v
@@ -76,10 +71,10 @@ func (o *outcomes) stats() floodStats {
 	return st
 }
 
-// captureInitial returns the first datagram of a real QUIC handshake: quic-go dials a
+// CaptureInitial returns the first datagram of a real QUIC handshake: quic-go dials a
 // UDP socket of ours that never answers, and the first thing it receives is the
 // client's Initial (padded to at least 1200 bytes, as every Initial is).
-func captureInitial(ctx context.Context, tc *tls.Config) ([]byte, error) {
+func CaptureInitial(ctx context.Context, tc *tls.Config) ([]byte, error) {
 	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, err
@@ -102,22 +97,24 @@ func captureInitial(ctx context.Context, tc *tls.Config) ([]byte, error) {
 	return buf[:n:n], nil
 }
 
-// datagramFlood sends one datagram over and over from each source, in batches
+// Datagram sends one datagram over and over from each source, in batches
 // (sendmmsg), as fast as it can, and counts the datagrams that come back.
-type datagramFlood struct {
+type Datagram struct {
 	conns   []*net.UDPConn
 	payload []byte
 	dst     *net.UDPAddr
-	// refresh, if set, makes a new payload before each flood (a Retry token ages).
-	refresh func(ctx context.Context) ([]byte, error)
+	// Refresh, if set, makes a new payload before each flood (a Retry token ages).
+	Refresh func(ctx context.Context) ([]byte, error)
 }
 
-func newDatagramFlood(srcs []netip.Addr, dst netip.AddrPort, payload []byte) (*datagramFlood, error) {
-	f := &datagramFlood{payload: payload, dst: net.UDPAddrFromAddrPort(dst)}
+// NewDatagram binds one socket per source; each Flood sends payload to dst from all
+// of them.
+func NewDatagram(srcs []netip.Addr, dst netip.AddrPort, payload []byte) (*Datagram, error) {
+	f := &Datagram{payload: payload, dst: net.UDPAddrFromAddrPort(dst)}
 	for _, src := range srcs {
 		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
 		if err != nil {
-			f.close()
+			f.Close()
 			return nil, fmt.Errorf("bench: bind source %v: %w", src, err)
 		}
 		f.conns = append(f.conns, uc)
@@ -125,10 +122,11 @@ func newDatagramFlood(srcs []netip.Addr, dst netip.AddrPort, payload []byte) (*d
 	return f, nil
 }
 
-func (f *datagramFlood) flood(ctx context.Context, d time.Duration) floodStats {
+// Flood implements Flooder.
+func (f *Datagram) Flood(ctx context.Context, d time.Duration) Stats {
 	var o outcomes
-	if f.refresh != nil {
-		p, err := f.refresh(ctx)
+	if f.Refresh != nil {
+		p, err := f.Refresh(ctx)
 		if err != nil {
 			o.add("payload: "+err.Error(), 1)
 			return o.stats()
@@ -178,35 +176,40 @@ func (f *datagramFlood) flood(ctx context.Context, d time.Duration) floodStats {
 	return st
 }
 
-func (f *datagramFlood) close() {
+// Close implements Flooder.
+func (f *Datagram) Close() {
 	for _, uc := range f.conns {
 		uc.Close()
 	}
 }
 
-// tcpFlood opens TCP connections from its sources and waits for the server to close
+// TCP opens TCP connections from its sources and waits for the server to close
 // each one (a refused accept is a reset), then closes its end with a reset too, so no
 // TIME_WAIT piles up.
-type tcpFlood struct {
-	srcs    []netip.Addr
-	dst     netip.AddrPort
-	workers int
+type TCP struct {
+	Srcs    []netip.Addr   // the sources, taken in turn by the workers
+	Dst     netip.AddrPort // the server
+	Workers int            // connections in flight at once
 }
 
-func (f *tcpFlood) flood(ctx context.Context, d time.Duration) floodStats {
+// Flood implements Flooder.
+func (f *TCP) Flood(ctx context.Context, d time.Duration) Stats {
 	end := time.Now().Add(d)
 	var o outcomes
 	var wg sync.WaitGroup
-	for w := range f.workers {
-		src := f.srcs[w%len(f.srcs)]
+	for w := range f.Workers {
+		src := f.Srcs[w%len(f.Srcs)]
 		wg.Go(func() {
 			dl := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: time.Second}
 			buf := make([]byte, 64)
 			for ctx.Err() == nil && time.Now().Before(end) {
-				c, err := dl.DialContext(ctx, "tcp", f.dst.String())
+				c, err := dl.DialContext(ctx, "tcp", f.Dst.String())
 				if err != nil {
 					o.add(tcpOutcome(err), 1)
-					sleep(ctx, time.Millisecond)
+					select { // a moment's pause, not a spin, when dials fail
+					case <-time.After(time.Millisecond):
+					case <-ctx.Done():
+					}
 					continue
 				}
 				c.SetReadDeadline(time.Now().Add(time.Second))
@@ -240,12 +243,13 @@ func tcpOutcome(err error) string {
 	return "other"
 }
 
-func (f *tcpFlood) close() {}
+// Close implements Flooder.
+func (f *TCP) Close() {}
 
-// quicConnFlood dials QUIC connections from its sources, many at a time, each dial a
+// QUICConn dials QUIC connections from its sources, many at a time, each dial a
 // new connection: a real first flight, Retry answered if asked. An admitted connection
 // is closed at once.
-type quicConnFlood struct {
+type QUICConn struct {
 	conns   []*net.UDPConn
 	trs     []*quic.Transport
 	dst     *net.UDPAddr
@@ -254,21 +258,21 @@ type quicConnFlood struct {
 	workers int
 }
 
-// newQUICConnFlood binds one socket per source. The TLS configuration offers only an
+// NewQUICConn binds one socket per source. The TLS configuration offers only an
 // X25519 key share, so each first flight is one Initial packet (a post-quantum key
 // share makes it two, which h3edge counts as two refusals).
-func newQUICConnFlood(srcs []netip.Addr, dst netip.AddrPort, tc *tls.Config, workers int) (*quicConnFlood, error) {
+func NewQUICConn(srcs []netip.Addr, dst netip.AddrPort, tc *tls.Config, workers int) (*QUICConn, error) {
 	tc = tc.Clone()
 	tc.NextProtos = []string{http3.NextProtoH3}
 	tc.CurvePreferences = []tls.CurveID{tls.X25519}
-	f := &quicConnFlood{
+	f := &QUICConn{
 		dst: net.UDPAddrFromAddrPort(dst), tc: tc, workers: workers,
 		qconf: &quic.Config{HandshakeIdleTimeout: 2 * time.Second},
 	}
 	for _, src := range srcs {
 		uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
 		if err != nil {
-			f.close()
+			f.Close()
 			return nil, fmt.Errorf("bench: bind source %v: %w", src, err)
 		}
 		f.conns = append(f.conns, uc)
@@ -277,7 +281,8 @@ func newQUICConnFlood(srcs []netip.Addr, dst netip.AddrPort, tc *tls.Config, wor
 	return f, nil
 }
 
-func (f *quicConnFlood) flood(ctx context.Context, d time.Duration) floodStats {
+// Flood implements Flooder.
+func (f *QUICConn) Flood(ctx context.Context, d time.Duration) Stats {
 	end := time.Now().Add(d)
 	var o outcomes
 	var wg sync.WaitGroup
@@ -304,7 +309,8 @@ func (f *quicConnFlood) flood(ctx context.Context, d time.Duration) floodStats {
 	return o.stats()
 }
 
-func (f *quicConnFlood) close() {
+// Close implements Flooder.
+func (f *QUICConn) Close() {
 	for _, tr := range f.trs {
 		tr.Close()
 	}
@@ -313,8 +319,8 @@ func (f *quicConnFlood) close() {
 	}
 }
 
-// requestFlood sends requests on one connection, streams at a time, closed loop.
-type requestFlood struct {
+// Requests sends requests on one connection, streams at a time, closed loop.
+type Requests struct {
 	rt      func(*http.Request) (*http.Response, error)
 	url     *url.URL
 	header  http.Header
@@ -325,7 +331,8 @@ type requestFlood struct {
 	closeFn func()
 }
 
-func (f *requestFlood) flood(ctx context.Context, d time.Duration) floodStats {
+// Flood implements Flooder.
+func (f *Requests) Flood(ctx context.Context, d time.Duration) Stats {
 	end := time.Now().Add(d)
 	header := f.header
 	if header == nil {
@@ -359,15 +366,16 @@ func (f *requestFlood) flood(ctx context.Context, d time.Duration) floodStats {
 	return o.stats()
 }
 
-func (f *requestFlood) close() {
+// Close implements Flooder.
+func (f *Requests) Close() {
 	if f.closeFn != nil {
 		f.closeFn()
 	}
 }
 
-// newH3Flood dials one HTTP/3 connection from src and floods target on it. It never
+// NewH3 dials one HTTP/3 connection from src and floods target on it. It never
 // redials: a lost connection ends the flood ("connection lost").
-func newH3Flood(ctx context.Context, src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*requestFlood, error) {
+func NewH3(ctx context.Context, src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*Requests, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
@@ -388,7 +396,7 @@ func newH3Flood(ctx context.Context, src netip.Addr, dst netip.AddrPort, target 
 		return nil, fmt.Errorf("bench: dial %v from %v: %w", dst, src, err)
 	}
 	cc := (&http3.Transport{DisableCompression: true}).NewClientConn(qc)
-	return &requestFlood{
+	return &Requests{
 		rt: cc.RoundTrip, url: u, header: header, streams: streams,
 		lost: func() error { return context.Cause(qc.Context()) },
 		closeFn: func() {
@@ -399,125 +407,24 @@ func newH3Flood(ctx context.Context, src netip.Addr, dst netip.AddrPort, target 
 	}, nil
 }
 
-// newH2Flood floods target over one HTTP/2 connection from src (bench.Run's HTTP/2
+// NewH2 floods target over one HTTP/2 connection from src (bench.Run's HTTP/2
 // transport: one TCP connection, requests beyond the server's stream limit wait on it).
-func newH2Flood(src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*requestFlood, error) {
+func NewH2(src netip.Addr, dst netip.AddrPort, target string, header http.Header, tc *tls.Config, streams int) (*Requests, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
 	}
 	tr := bench.NewTransport(bench.H2, tc, dst, src, 5*time.Second)
-	return &requestFlood{rt: tr.RoundTrip, url: u, header: header, streams: streams, closeFn: tr.CloseIdleConnections}, nil
+	return &Requests{rt: tr.RoundTrip, url: u, header: header, streams: streams, closeFn: tr.CloseIdleConnections}, nil
 }
 
-// The admin API of h3edge, as the scenarios use it.
-
-// scrapeMetrics reads h3edge's Prometheus text exposition from its admin listener into
-// a map from series (name{labels} as printed) to value.
-func scrapeMetrics(ctx context.Context, admin netip.AddrPort) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin.String()+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("bench: scrape metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("bench: scrape metrics: %s", resp.Status)
-	}
-	return parseExposition(resp.Body)
-}
-
-// parseExposition parses a Prometheus text exposition with expfmt into a map from series
-// to value. A series is spelled as client_golang prints it: name{label="value",…}, labels
-// in name order but for a histogram bucket's le and a summary's quantile, which come last.
-func parseExposition(r io.Reader) (map[string]float64, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("bench: metrics: %w", err)
-	}
-	out := make(map[string]float64)
-	for _, f := range fams {
-		samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, f)
-		if err != nil {
-			return nil, fmt.Errorf("bench: metrics: %w", err)
-		}
-		for _, s := range samples {
-			out[seriesName(s.Metric)] = float64(s.Value)
-		}
-	}
-	return out, nil
-}
-
-// labelEscaper escapes a label value as the text exposition does.
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-// seriesName spells m as parseExposition's keys do.
-func seriesName(m model.Metric) string {
-	names := make([]model.LabelName, 0, len(m))
-	for k := range m {
-		if k != model.MetricNameLabel {
-			names = append(names, k)
-		}
-	}
-	if len(names) == 0 {
-		return string(m[model.MetricNameLabel])
-	}
-	last := func(k model.LabelName) bool { return k == model.BucketLabel || k == model.QuantileLabel }
-	slices.SortFunc(names, func(a, b model.LabelName) int {
-		if la, lb := last(a), last(b); la != lb {
-			if la {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(string(a), string(b))
-	})
-	var b strings.Builder
-	b.WriteString(string(m[model.MetricNameLabel]))
-	for i, k := range names {
-		if i == 0 {
-			b.WriteByte('{')
-		} else {
-			b.WriteByte(',')
-		}
-		b.WriteString(string(k))
-		b.WriteString(`="`)
-		labelEscaper.WriteString(&b, string(m[k]))
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-// banSource bans prefix on h3edge through its admin API for d.
-func banSource(ctx context.Context, admin netip.AddrPort, prefix netip.Prefix, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	body, _ := json.Marshal(map[string]string{"prefix": prefix.String(), "duration": d.String(), "reason": "drop-cost"})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin.String()+"/api/v1/bans", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("bench: ban %v: %w", prefix, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return fmt.Errorf("bench: ban %v: %s: %s", prefix, resp.Status, b)
-	}
-	return nil
-}
-
-// captureTokenInitial dials dst once through a relay bound to src and returns the
+// CaptureTokenInitial dials dst once through a relay bound to src and returns the
 // client's first Initial that carries a token: after h3edge answered the first flight
 // with a Retry, the client sends its first flight again with the Retry token, which
 // h3edge bound to src's address (quic-go binds Retry tokens to the client's IP, not its
 // port, and accepts them for 10 s). Replayed from src, it reaches the connection
 // budget (ConnContext) without another Retry.
-func captureTokenInitial(ctx context.Context, src netip.Addr, dst netip.AddrPort, tc *tls.Config) ([]byte, error) {
+func CaptureTokenInitial(ctx context.Context, src netip.Addr, dst netip.AddrPort, tc *tls.Config) ([]byte, error) {
 	relay, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
 	if err != nil {
 		return nil, fmt.Errorf("bench: relay on %v: %w", src, err)
@@ -546,7 +453,7 @@ func captureTokenInitial(ctx context.Context, src netip.Addr, dst netip.AddrPort
 			continue
 		}
 		client = from
-		if tok, ok := initialToken(buf[:n]); ok && len(tok) > 0 {
+		if tok, ok := InitialToken(buf[:n]); ok && len(tok) > 0 {
 			return bytes.Clone(buf[:n]), nil
 		}
 		relay.WriteToUDP(buf[:n], server)
@@ -572,8 +479,8 @@ func startDial(ctx context.Context, to net.Addr, tc *tls.Config, d time.Duration
 	return func() { cancel(); tr.Close(); uc.Close() }, nil
 }
 
-// initialToken returns the token of a QUIC v1 Initial packet (RFC 9000, section 17.2.2).
-func initialToken(b []byte) ([]byte, bool) {
+// InitialToken returns the token of a QUIC v1 Initial packet (RFC 9000, section 17.2.2).
+func InitialToken(b []byte) ([]byte, bool) {
 	if len(b) < 7 || b[0]&0xf0 != 0xc0 {
 		return nil, false
 	}
