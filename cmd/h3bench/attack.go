@@ -62,21 +62,7 @@ func runAttack(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench attack %s: %v\n", name, err)
 		return exitNoRun
 	}
-	rep.WriteText(stdout)
-	if *jsonFile != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			err = os.WriteFile(*jsonFile, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "h3bench attack: -json: %v\n", err)
-			return exitNoRun
-		}
-	}
-	if !rep.Holds {
-		return exitFails
-	}
-	return exitHolds
+	return report(stdout, stderr, "h3bench attack", rep, *jsonFile, "")
 }
 
 // runAttackClient runs h3bench attack-client (not advertised): the attacker of

@@ -59,19 +59,26 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench scenario %s: %v\n", name, err)
 		return exitNoRun
 	}
+	return report(stdout, stderr, "h3bench scenario", rep, *jsonFile, *svgFile)
+}
+
+// report writes rep as text to stdout, as JSON to jsonFile and its chart as SVG to
+// svgFile (each if named), and returns the exit code of its verdict; cmd names the
+// command in errors.
+func report(stdout, stderr io.Writer, cmd string, rep *scenario.Report, jsonFile, svgFile string) int {
 	rep.WriteText(stdout)
-	if *jsonFile != "" {
+	if jsonFile != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err == nil {
-			err = os.WriteFile(*jsonFile, append(b, '\n'), 0o644)
+			err = os.WriteFile(jsonFile, append(b, '\n'), 0o644)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "h3bench scenario: -json: %v\n", err)
+			fmt.Fprintf(stderr, "%s: -json: %v\n", cmd, err)
 			return exitNoRun
 		}
 	}
-	if *svgFile != "" && rep.Chart != nil {
-		f, err := os.Create(*svgFile)
+	if svgFile != "" && rep.Chart != nil {
+		f, err := os.Create(svgFile)
 		if err == nil {
 			err = rep.Chart.WriteSVG(f)
 			if cerr := f.Close(); err == nil {
@@ -79,7 +86,7 @@ func runScenario(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "h3bench scenario: -svg: %v\n", err)
+			fmt.Fprintf(stderr, "%s: -svg: %v\n", cmd, err)
 			return exitNoRun
 		}
 	}
