@@ -20,8 +20,9 @@ import (
 // TestRoutesInChromium: Chromium, with QUIC forced for the edge's origin, loads a page
 // over HTTP/3 through a route to a pool of two origin processes, and from that page
 // opens a WebSocket through a second route to an echo origin and trades 100 messages
-// on it. Then the dashboard's upstream panel shows both targets healthy, and, once one
-// origin is SIGKILLed, that target ejected while the other stays healthy. A
+// on it. Then the dashboard's upstream panel shows both targets healthy, a WebSocket
+// open over HTTP/3 as one request in flight, and, once one origin is SIGKILLed, that
+// target ejected while the other stays healthy. A
 // screenshot is kept as an artifact.
 func TestRoutesInChromium(t *testing.T) {
 	bin := chromium(t)
@@ -101,6 +102,16 @@ func TestRoutesInChromium(t *testing.T) {
 		return a && b && ws && a.dataset.state === 'healthy' && b.dataset.state === 'healthy' &&
 			a.cells[3].textContent === 'healthy' && a.cells.length === 9;
 	})()`, row(origins[0]), row(origins[1])))
+	// A WebSocket open over HTTP/3 is one request in flight on the ws pool's target
+	// while it lasts.
+	sock, resp, err := wsDial(ctx, t, "h3", e.url+"/ws/echo")
+	if err != nil || sock == nil {
+		t.Fatalf("WebSocket over HTTP/3: %v %v", resp, err)
+	}
+	poll("the open WebSocket in flight", `document.querySelector('#upstreams tr[data-upstream="ws"]').cells[4].textContent === '1'`)
+	sock.Close()
+	poll("the closed WebSocket no longer in flight", `document.querySelector('#upstreams tr[data-upstream="ws"]').cells[4].textContent === '0'`)
+
 	killed := time.Now()
 	origins[1].kill()
 	poll("the killed target ejected", fmt.Sprintf(`(() => {
