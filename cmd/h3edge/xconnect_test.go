@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 // TestExtendedConnectSetting: the built binary's HTTP/2 server advertises
 // SETTINGS_ENABLE_CONNECT_PROTOCOL (WebSocket over HTTP/2), which Go's net/http sends
 // only when GODEBUG held http2xconnect=1 as it started — set by edge/xconnect's init,
-// which must run before net/http's. An operator's GODEBUG=http2xconnect=0 wins.
+// which must run before net/http's. An operator's GODEBUG=http2xconnect=0 wins, and
+// the edge says so in its log.
 func TestExtendedConnectSetting(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -26,6 +28,9 @@ func TestExtendedConnectSetting(t *testing.T) {
 			p := startProc(t, tc.env)
 			if got := h2ConnectSetting(t, p.addr); got != tc.want {
 				t.Errorf("SETTINGS_ENABLE_CONNECT_PROTOCOL advertised: %v, want %v", got, tc.want)
+			}
+			if warned := strings.Contains(p.log(), "WebSocket over HTTP/2 is off"); warned == tc.want {
+				t.Errorf("the warning that WebSocket over HTTP/2 is off logged: %v, want %v\n%s", warned, !tc.want, p.log())
 			}
 		})
 	}
