@@ -74,18 +74,7 @@ func TestRoutesInChromium(t *testing.T) {
 	t.Logf("page from %s over %s", eval(`document.body.innerText.trim()`), eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`))
 
 	// A WebSocket from the page, through the route to the echo origin.
-	got := eval(fmt.Sprintf(`new Promise((resolve, reject) => {
-		const ws = new WebSocket('wss://%s/ws/echo');
-		let n = 0;
-		ws.onopen = () => ws.send('message 0');
-		ws.onmessage = (ev) => {
-			if (ev.data !== 'message ' + n) { reject(new Error('got ' + ev.data + ' for message ' + n)); return; }
-			if (++n === 100) { ws.close(); resolve('100 echoed'); return; }
-			ws.send('message ' + n);
-		};
-		ws.onerror = () => reject(new Error('WebSocket error'));
-		setTimeout(() => reject(new Error('only ' + n + ' echoed')), 20000);
-	})`, e.Addr()))
+	got := eval(echoFromPage(e.Addr().String()))
 	if got != "100 echoed" {
 		t.Fatalf("WebSocket: %s", got)
 	}
