@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/websocket"
+
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/quicconn"
@@ -111,18 +115,17 @@ func TestAccessLogJSON(t *testing.T) {
 		t.Fatalf("%d lines for %d requests:\n%s", len(lines), len(steps), text)
 	}
 	host := "127.0.0.1:" + strconv.Itoa(e.port)
-	wantProto := map[string]string{"h3": "HTTP/3.0", "h2": "HTTP/2.0", "h1": "HTTP/1.1"}
 	for i, st := range steps {
 		var l accessLine
 		if err := json.Unmarshal([]byte(lines[i]), &l); err != nil {
 			t.Fatalf("line %d: %v: %s", i, err, lines[i])
 		}
 		wantPath, _, _ := strings.Cut(st.target, "?")
-		if l.Proto != wantProto[st.proto] || l.Method != "GET" || l.Host != host || l.Path != wantPath ||
+		if l.Proto != protoVersions[st.proto] || l.Method != "GET" || l.Host != host || l.Path != wantPath ||
 			l.Status != st.status || l.Bytes != int64(st.bytes) || l.Client != "127.0.0.1/32" ||
 			l.Key != st.pk || len(l.Key) != 16 || l.Decision != st.decision {
 			t.Errorf("line %d: %s\nwant proto %s, path %s, status %d, bytes %d, key %s, decision %s",
-				i, lines[i], wantProto[st.proto], wantPath, st.status, st.bytes, st.pk, st.decision)
+				i, lines[i], protoVersions[st.proto], wantPath, st.status, st.bytes, st.pk, st.decision)
 		}
 		if l.DurationMS == nil || *l.DurationMS < 0 || l.Route == nil || l.Upstream == nil || l.Target == nil {
 			t.Errorf("line %d lacks duration_ms, route, upstream or target: %s", i, lines[i])
@@ -224,3 +227,96 @@ func BenchmarkAccessLog(b *testing.B) {
 		})
 	}
 }
+
+// TestAccessLogRoutes: behind routes, each line names the route, its pool and the
+// target that answered — the one the response came from (each target says who it is
+// in a header), the live one after a retry off a dead target, the echo origin of a
+// WebSocket over HTTP/3 (logged as the CONNECT it came as); a request no route takes
+// names none.
+func TestAccessLogRoutes(t *testing.T) {
+	named := func() *httptest.Server {
+		var srv *httptest.Server
+		srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Target", srv.URL)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b, live := named(), named(), named()
+	dead := "http://127.0.0.1:" + strconv.Itoa(testkit.Port(t)) // nothing listens there
+	echo := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
+	t.Cleanup(echo.Close)
+	path := filepath.Join(t.TempDir(), "access.log")
+	e := startOps(t, withAccessLog(&config.AccessLogConfig{Path: path}, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{
+			"api":   {Targets: []string{a.URL, b.URL}},
+			"flaky": {Targets: []string{dead, live.URL}},
+			"ws":    {Targets: []string{echo.URL}},
+		}
+		c.Routes = []config.Route{
+			{Name: "api", Upstream: "api", Match: config.RouteMatch{PathPrefix: "/api/"}},
+			{Name: "retry", Upstream: "flaky", Match: config.RouteMatch{PathPrefix: "/flaky/"}},
+			{Name: "sockets", Upstream: "ws", Match: config.RouteMatch{PathPrefix: "/ws/"}},
+		}
+	}), "", nil)
+
+	type want struct{ method, proto, path, route, upstream, target string }
+	var wants []want
+	for i, proto := range []string{"h3", "h2", "h1", "h3", "h2", "h1"} {
+		p := "/api/" + strconv.Itoa(i)
+		resp, _ := do(t, clientFor(t, proto), "GET", e.url+p, nil, nil)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Target") == "" {
+			t.Fatalf("%s %s: %d %q", proto, p, resp.StatusCode, resp.Header.Get("X-Target"))
+		}
+		wants = append(wants, want{"GET", protoVersions[proto], p, "api", "api", resp.Header.Get("X-Target")})
+	}
+	for i := range 2 { // round robin: one of the two starts on the dead target
+		p := "/flaky/" + strconv.Itoa(i)
+		resp, _ := do(t, clientFor(t, "h2"), "GET", e.url+p, nil, nil)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Target") != live.URL {
+			t.Fatalf("%s: %d from %q, want 200 from %s", p, resp.StatusCode, resp.Header.Get("X-Target"), live.URL)
+		}
+		wants = append(wants, want{"GET", "HTTP/2.0", p, "retry", "flaky", live.URL})
+	}
+	if resp, _ := do(t, clientFor(t, "h3"), "GET", e.url+"/nowhere", nil, nil); resp.StatusCode != 404 {
+		t.Fatalf("/nowhere: %d, want 404", resp.StatusCode)
+	}
+	wants = append(wants, want{"GET", "HTTP/3.0", "/nowhere", "", "", ""})
+	ws, resp, err := wsDial(t.Context(), t, "h3", e.url+"/ws/echo")
+	if err != nil || ws == nil {
+		t.Fatalf("WebSocket over HTTP/3: %v %v", resp, err)
+	}
+	if err := ws.Send([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ws.Recv(); err != nil || string(got) != "hello" {
+		t.Fatalf("echo: %q %v", got, err)
+	}
+	ws.Close()
+	wants = append(wants, want{"CONNECT", "HTTP/3.0", "/ws/echo", "sockets", "ws", echo.URL})
+
+	e.Close() // every request has ended: the log is written out
+	lines := readLines(t, path)
+	if len(lines) != len(wants) {
+		t.Fatalf("%d lines for %d requests:\n%s", len(lines), len(wants), strings.Join(lines, "\n"))
+	}
+	for i, w := range wants {
+		var l accessLine
+		if err := json.Unmarshal([]byte(lines[i]), &l); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, lines[i])
+		}
+		if l.Method != w.method || l.Proto != w.proto || l.Path != w.path || l.Route == nil || *l.Route != w.route ||
+			l.Upstream == nil || *l.Upstream != w.upstream || l.Target == nil || *l.Target != w.target {
+			t.Errorf("line %d: %s\nwant %+v", i, lines[i], w)
+		}
+	}
+	seen := map[string]bool{}
+	for _, w := range wants[:6] {
+		seen[w.target] = true
+	}
+	if !seen[a.URL] || !seen[b.URL] {
+		t.Errorf("round robin over %s and %s answered from %v", a.URL, b.URL, seen)
+	}
+}
+
+var protoVersions = map[string]string{"h3": "HTTP/3.0", "h2": "HTTP/2.0", "h1": "HTTP/1.1"}

@@ -48,6 +48,57 @@ func artifactDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// screenshot keeps a full-page screenshot of the page as the artifact name.
+func screenshot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(artifactDir(t), name)
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+}
+
+// startChromium starts headless Chromium (bin) for the test, with a scratch profile
+// and home, no traffic beyond loopback, and extra flags; its context ends after 90 s.
+func startChromium(t *testing.T, bin string, extra ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	scratch := t.TempDir()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), append(append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost"),
+		chromedp.UserDataDir(filepath.Join(scratch, "profile")),
+		chromedp.WindowSize(1280, 1400),
+		chromedp.Env("HOME="+scratch, "TMPDIR="+scratch),
+	), extra...)...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	return ctx
+}
+
+// pollPage waits up to 15 s for the JavaScript expression js to hold in the page,
+// failing the test with the page's main element if it does not.
+func pollPage(ctx context.Context, t *testing.T, what, js string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](js,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		dom, _ := chromedp.Run(ctx, chromedp.OuterHTML("body"))
+		t.Fatalf("%s: %v\n%.3000s", what, err, dom)
+	}
+}
+
 // TestDashboardInChromium loads /ui in headless Chromium: the page shows data, its
 // numbers move under load, and the unban button lifts a ban through the API. A
 // screenshot is kept as an artifact.
@@ -74,34 +125,8 @@ func TestDashboardInChromium(t *testing.T) {
 	rs := e.rules.Load()
 	key := e.hasher.Prefix(rs.SourcePrefix(netip.MustParseAddr("127.0.0.1")))
 
-	scratch := t.TempDir()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost"),
-		chromedp.UserDataDir(filepath.Join(scratch, "profile")),
-		chromedp.WindowSize(1280, 1400),
-		chromedp.Env("HOME="+scratch, "TMPDIR="+scratch),
-	)...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelTimeout()
-
-	poll := func(what, js string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](js,
-			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
-			dom, _ := chromedp.Run(ctx, chromedp.OuterHTML("main"))
-			t.Fatalf("%s: %v\n%.3000s", what, err, dom)
-		}
-	}
+	ctx := startChromium(t, bin)
+	poll := func(what, js string) { t.Helper(); pollPage(ctx, t, what, js) }
 	text := func(id string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("document.getElementById(%q).textContent", id)))
@@ -152,15 +177,7 @@ func TestDashboardInChromium(t *testing.T) {
 	})()`, hex.EncodeToString(key[:])))
 	t.Logf("under load: h2 %s total at %s req/s; 429s %s", text("total-h2"), text("rate-h2"), text("total-429"))
 
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shot := filepath.Join(artifactDir(t), "dashboard.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	screenshot(ctx, t, "dashboard.png")
 
 	// Unban: the button sends DELETE /api/v1/bans/203.0.113.0/24 with the token.
 	banned := netip.MustParsePrefix("203.0.113.0/24")

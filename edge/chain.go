@@ -78,23 +78,6 @@ func tooEarly(next step) step {
 	}
 }
 
-// extendedConnect answers 501 to an extended CONNECT (RFC 8441 on HTTP/2, RFC 9220 on
-// HTTP/3: WebSocket and the like over one stream), before any policy: the proxy would
-// forward it as a plain CONNECT, which the upstream refuses. quic-go v0.65 advertises
-// SETTINGS_ENABLE_CONNECT_PROTOCOL on every HTTP/3 connection with no way to turn it
-// off (http3.Server.settings), so clients send such requests; HTTP/2 advertises it
-// only when GODEBUG has http2xconnect=1.
-func extendedConnect(next step) step {
-	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
-		if r.Method == http.MethodConnect && (r.ProtoMajor == 3 && r.Proto != "HTTP/3.0" || r.Header[":protocol"] != nil) {
-			answer.Problem(w, r, http.StatusNotImplemented, "Not Implemented",
-				"extended CONNECT is not supported: WebSocket passes through on HTTP/1.1 (Upgrade) only")
-			return
-		}
-		next(w, r, now)
-	}
-}
-
 // headerLimit answers 431 to a request whose header section is larger than
 // maxHeaderBytes, on every protocol: the servers beneath read up to
 // parseMaxHeaderBytes, so the answer is a problem document and requests_total counts it.

@@ -117,14 +117,28 @@ func h2Dial(t testing.TB, addr string) (*tls.Conn, *http2.Framer) {
 	return conn, fr
 }
 
-// TestSettingsAdvertised: what each protocol advertises about extended CONNECT, and
-// what an extended CONNECT gets. HTTP/2 does not advertise it. quic-go advertises it on
-// HTTP/3 whatever the server asks (http3.Server.settings), so an extended CONNECT
-// arrives: it gets a 501 problem document and never reaches the upstream, where it
-// used to be forwarded as a plain CONNECT and answered 400.
+// TestSettingsAdvertised: both HTTP/2 (through package xconnect) and HTTP/3 advertise
+// extended CONNECT. An extended CONNECT for anything but WebSocket gets a 501 problem
+// document and never reaches the upstream (it used to be forwarded as a plain CONNECT
+// and answered 400); a WebSocket one to an upstream that answers its handshake 200
+// without switching protocols, or switches with the accept of another key, gets 502,
+// not a 200 that would tell the client its tunnel is open.
 func TestSettingsAdvertised(t *testing.T) {
 	var upstreamSaw atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { upstreamSaw.Add(1) }))
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamSaw.Add(1)
+		if r.URL.Path == "/wrong-accept" {
+			// Switches, but with an accept of another key: not this handshake's answer.
+			c, brw, _ := http.NewResponseController(w).Hijack()
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+				"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+			brw.Flush()
+			io.Copy(io.Discard, c)
+			return
+		}
+		io.WriteString(w, "no WebSocket here")
+	}))
 	t.Cleanup(up.Close)
 	e := startEdge(t, func(c *config.Config) { c.Upstream = up.URL })
 
@@ -140,8 +154,8 @@ func TestSettingsAdvertised(t *testing.T) {
 			if !ok || sf.IsAck() {
 				continue
 			}
-			if v, ok := sf.Value(http2.SettingEnableConnectProtocol); ok {
-				t.Errorf("HTTP/2 advertises SETTINGS_ENABLE_CONNECT_PROTOCOL=%d", v)
+			if v, ok := sf.Value(http2.SettingEnableConnectProtocol); !ok || v != 1 {
+				t.Errorf("HTTP/2 SETTINGS_ENABLE_CONNECT_PROTOCOL = %d (sent: %v), want 1", v, ok)
 			}
 			return
 		}
@@ -161,21 +175,35 @@ func TestSettingsAdvertised(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("no SETTINGS from the server")
 		}
-		t.Logf("HTTP/3 SETTINGS_ENABLE_CONNECT_PROTOCOL: %v (quic-go's, not configurable)", cc.Settings().EnableExtendedConnect)
-		u, _ := url.Parse(e.url + "/chat")
-		req := (&http.Request{Method: http.MethodConnect, URL: u, Proto: "websocket", Host: u.Host,
-			Header: http.Header{"Sec-Websocket-Version": {"13"}}}).WithContext(ctx)
-		resp, err := cc.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
+		if !cc.Settings().EnableExtendedConnect {
+			t.Error("HTTP/3 does not advertise SETTINGS_ENABLE_CONNECT_PROTOCOL")
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotImplemented || resp.Header.Get("Content-Type") != "application/problem+json" {
-			t.Errorf("extended CONNECT: %d %q %s, want a 501 problem document", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		connect := func(protocol, path string) (int, string, []byte) {
+			u, _ := url.Parse(e.url + path)
+			req := (&http.Request{Method: http.MethodConnect, URL: u, Proto: protocol, Host: u.Host,
+				Header: http.Header{"Sec-Websocket-Version": {"13"}}}).WithContext(ctx)
+			resp, err := cc.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, resp.Header.Get("Content-Type"), body
+		}
+		if code, ct, body := connect("connect-udp", "/chat"); code != http.StatusNotImplemented || ct != "application/problem+json" {
+			t.Errorf("extended CONNECT connect-udp: %d %q %s, want a 501 problem document", code, ct, body)
 		}
 		if n := upstreamSaw.Load(); n != 0 {
 			t.Errorf("the upstream saw %d requests, want none", n)
+		}
+		if code, ct, body := connect("websocket", "/chat"); code != http.StatusBadGateway || ct != "application/problem+json" || strings.Contains(string(body), "no WebSocket") {
+			t.Errorf("WebSocket to a plain upstream: %d %q %s, want a 502 problem document", code, ct, body)
+		}
+		if code, ct, body := connect("websocket", "/wrong-accept"); code != http.StatusBadGateway || ct != "application/problem+json" {
+			t.Errorf("WebSocket answered with a wrong accept: %d %q %s, want a 502 problem document", code, ct, body)
+		}
+		if n := upstreamSaw.Load(); n != 2 {
+			t.Errorf("the upstream saw %d requests, want the two handshakes", n)
 		}
 	})
 }

@@ -106,6 +106,7 @@ func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, shor
 		MaxConnections: up.MaxConnections,
 		Rewrite:        forwarded(cfg.TrustedProxyPrefixes()),
 		ErrorHandler:   proxyError,
+		OnTry:          s.noteTarget,
 		Logger:         s.baseLog,
 	}
 	pc.Balance, _ = upstream.ParseBalance(up.Balance)
@@ -185,10 +186,21 @@ func (rt *routing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if f := rt.s.accessFields(r); f != nil {
+		f.Route, f.Upstream = m.Name, m.Upstream
+	}
 	if p, ok := m.Handler.(*upstream.Pool); ok && p.Balance() == upstream.Hash {
 		r = r.WithContext(upstream.WithClientKey(r.Context(), rt.s.hashKey(r)))
 	}
 	m.Serve(w, r, writeBodyTooLarge)
+}
+
+// noteTarget names the target of a request's try in its access-log line: the last
+// try's, the one that answered.
+func (s *Server) noteTarget(r *http.Request, target string) {
+	if f := s.accessFields(r); f != nil {
+		f.Target = target
+	}
 }
 
 // hashKey is the client key a hash pool keeps on one target: the request's first

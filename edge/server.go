@@ -32,6 +32,7 @@ import (
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/plainhttp"
 	"github.com/h3edge/h3edge/edge/rules"
+	"github.com/h3edge/h3edge/edge/xconnect"
 	"github.com/h3edge/h3edge/limiter"
 	"github.com/h3edge/h3edge/limiter/penalty"
 	"github.com/h3edge/h3edge/limiter/redisstore"
@@ -186,6 +187,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{opts: opts, log: log.With("component", "edge"), baseLog: log, done: make(chan struct{})}
+	if !xconnect.Enabled() {
+		s.log.Warn("WebSocket over HTTP/2 is off: GODEBUG sets http2xconnect; browsers open an HTTP/1.1 connection for it instead")
+	}
 	s.cfg.Store(cfg)
 	cs, err := s.newCerts(cfg)
 	if err != nil {

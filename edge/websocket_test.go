@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -8,13 +9,29 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/net/websocket"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 )
+
+// wsRoutes is the configuration of the WebSocket tests: a pool of the echo origin at
+// echoURL, a route "short" (/short/) with max_duration 2s and a catch-all "ws" whose
+// sockets a concurrent-requests policy holds to 2 per client.
+func wsRoutes(echoURL string) func(*config.Config) {
+	return func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"ws": {Targets: []string{echoURL}}}
+		c.Routes = []config.Route{
+			{Name: "short", Upstream: "ws", Match: config.RouteMatch{PathPrefix: "/short/"}, MaxDuration: 2 * time.Second},
+			{Name: "ws", Upstream: "ws"},
+		}
+		c.Policies = []config.Policy{{Name: "sockets", Match: config.Match{Route: "ws"}, Key: []string{"ip"}, Unit: "concurrent-requests", Quota: 2}}
+	}
+}
 
 // TestWebSocketThroughRoute: WebSocket over HTTP/1.1 (Upgrade) through a route to an
 // echo origin: 1 000 messages both ways; a concurrent-requests policy of 2 holds a unit
@@ -23,14 +40,7 @@ import (
 func TestWebSocketThroughRoute(t *testing.T) {
 	echo := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
 	t.Cleanup(echo.Close)
-	e := startEdge(t, func(c *config.Config) {
-		c.Upstreams = map[string]config.Upstream{"ws": {Targets: []string{echo.URL}}}
-		c.Routes = []config.Route{
-			{Name: "short", Upstream: "ws", Match: config.RouteMatch{PathPrefix: "/short/"}, MaxDuration: 2 * time.Second},
-			{Name: "ws", Upstream: "ws"},
-		}
-		c.Policies = []config.Policy{{Name: "sockets", Match: config.Match{Route: "ws"}, Key: []string{"ip"}, Unit: "concurrent-requests", Quota: 2}}
-	})
+	e := startEdge(t, wsRoutes(echo.URL))
 	dial := func(path string) (*websocket.Conn, error) {
 		cfg, err := websocket.NewConfig("wss://"+e.Addr().String()+path, "https://"+e.Addr().String())
 		if err != nil {
@@ -108,5 +118,101 @@ func TestWebSocketThroughRoute(t *testing.T) {
 	_, err = short.Read(buf)
 	if took := time.Since(start); err == nil || took < 1900*time.Millisecond || took > 3*time.Second {
 		t.Errorf("short socket: read returned %v after %v, want the socket closed at 2s", err, took)
+	}
+}
+
+// TestWebSocketExtendedConnect: WebSocket over HTTP/2 (RFC 8441) and HTTP/3 (RFC 9220)
+// through a route to a real WebSocket echo origin (x/net/websocket, HTTP/1.1): the
+// edge turns the extended CONNECT into an Upgrade and the 101 into a 200; 1 000
+// messages go both ways; a concurrent-requests policy of 2 refuses the third socket
+// with 429 until one closes; max_duration ends a socket at 2 s.
+func TestWebSocketExtendedConnect(t *testing.T) {
+	var handshakes atomic.Int64
+	echo := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) {
+		handshakes.Add(1)
+		io.Copy(ws, ws)
+	}))
+	t.Cleanup(echo.Close)
+	e := startEdge(t, wsRoutes(echo.URL))
+	for _, proto := range []string{"h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			dial := func(path string) (*wsClient, *http.Response) {
+				t.Helper()
+				c, resp, err := wsDial(ctx, t, proto, e.url+path)
+				if err != nil {
+					t.Fatalf("extended CONNECT %s: %v", path, err)
+				}
+				return c, resp
+			}
+			first, resp := dial("/echo")
+			if first == nil {
+				t.Fatalf("first socket: %d, want 200", resp.StatusCode)
+			}
+			defer first.Close()
+			for _, h := range []string{"Upgrade", "Connection", "Sec-Websocket-Accept"} {
+				if v := resp.Header.Get(h); v != "" {
+					t.Errorf("the 200 carries the upstream's %s: %q", h, v)
+				}
+			}
+			second, resp := dial("/echo")
+			if second == nil {
+				t.Fatalf("second socket: %d, want 200", resp.StatusCode)
+			}
+			defer second.Close()
+
+			// 1 000 messages both ways, on two sockets at once so they cannot be mixed up.
+			for i := range 1000 {
+				for j, c := range []*wsClient{first, second} {
+					msg := fmt.Sprintf("socket %d message %d %s", j, i, strings.Repeat("x", i%300))
+					if err := c.Send([]byte(msg)); err != nil {
+						t.Fatalf("send %d on %d: %v", i, j, err)
+					}
+					got, err := c.Recv()
+					if err != nil || string(got) != msg {
+						t.Fatalf("echo %d on %d: %.40q %v, want %.40q", i, j, got, err, msg)
+					}
+				}
+			}
+
+			// The third is over the policy's 2.
+			third, resp := dial("/echo")
+			if third != nil {
+				third.Close()
+				t.Fatal("a third socket opened with a concurrent-requests quota of 2")
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"sockets"`) {
+				t.Errorf("third socket: %d %q %s, want 429 from sockets", resp.StatusCode, resp.Header.Get("RateLimit-Policy"), body)
+			}
+			// Closing one gives its unit back.
+			first.Close()
+			testkit.WaitFor(t, 5*time.Second, "a socket's unit back after it closed", func() bool {
+				c, _ := dial("/echo")
+				if c != nil {
+					c.Close()
+				}
+				return c != nil
+			})
+
+			// max_duration: 2s, then the edge ends the socket.
+			short, resp := dial("/short/echo")
+			if short == nil {
+				t.Fatalf("short socket: %d", resp.StatusCode)
+			}
+			defer short.Close()
+			start := time.Now()
+			_, err := short.Recv()
+			if took := time.Since(start); err == nil || took < 1900*time.Millisecond || took > 5*time.Second {
+				t.Errorf("short socket: read returned %v after %v, want the socket ended at 2s", err, took)
+			} else {
+				t.Logf("short socket ended after %v: %v", took.Round(time.Millisecond), err)
+			}
+		})
+	}
+	if n := handshakes.Load(); n < 8 {
+		t.Errorf("the echo origin saw %d WebSocket handshakes, want at least 8", n)
 	}
 }

@@ -366,6 +366,27 @@ func TestValidateCommand(t *testing.T) {
 		t.Errorf("unknown upstream: %v\n%s\nwant %s…", err, out, want)
 	}
 
+	// A target URL with a path, and a route an earlier one shadows, each at its line.
+	shadowed := filepath.Join(t.TempDir(), "shadowed.yaml")
+	os.WriteFile(shadowed, []byte("upstreams:\n  api: {targets: [http://127.0.0.1:9000/v1]}\nroutes:\n"+
+		"  - name: all\n    match: {path_prefix: /}\n    upstream: api\n"+
+		"  - name: v1\n    match: {path_prefix: /v1/}\n    upstream: api\n"), 0o644)
+	out, err = exec.Command(binary, "validate", "-config", shadowed).CombinedOutput()
+	wantLines := []string{
+		shadowed + `:2:19: upstreams.api.targets[0]: must be scheme://host:port only: a target has no path or query`,
+		shadowed + `:8:5: routes[1].match: can never match: routes[0] (all) comes first and matches every request this one does`,
+	}
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || len(got) != len(wantLines) {
+		t.Errorf("path and shadowed route: %v\n%s\nwant exit 2 and %d lines", err, out, len(wantLines))
+	} else {
+		for i, w := range wantLines {
+			if !strings.HasPrefix(got[i], w) {
+				t.Errorf("line %d: %s\nwant %s…", i, got[i], w)
+			}
+		}
+	}
+
 	good := filepath.Join(t.TempDir(), "good.yaml")
 	os.WriteFile(good, []byte("listen: \":9443\"\nupstream: http://127.0.0.1:9000\n"), 0o644)
 	if out, err := exec.Command(binary, "validate", "-config", good).CombinedOutput(); err != nil {

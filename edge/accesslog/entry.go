@@ -72,7 +72,9 @@ func requestPath(r *http.Request) string {
 // handled: they find them with FromContext.
 type Fields struct {
 	// Route, Upstream and Target name the route taken, its upstream pool and the
-	// target that answered; empty while the edge has one origin.
+	// target that answered (the last one tried when none did); empty for the demo
+	// origin and for a request no route took. The shorthand upstream: URL is route
+	// and pool "default".
 	Route, Upstream, Target string
 	// Key is the first 8 bytes of the client key's hash (the RateLimit field's pk),
 	// never the key; valid when HasKey.

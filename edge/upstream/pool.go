@@ -152,6 +152,11 @@ type Config struct {
 	// *NoHealthyError), ErrTimeout, or the transport's error. If nil, 502 (503 and 504
 	// for those two) with no body.
 	ErrorHandler func(http.ResponseWriter, *http.Request, error)
+	// OnTry, if not nil, is told of each try before it is sent: the request (its
+	// context is the incoming request's) and the target, scheme://host as the status
+	// names it. Of a request's calls the last names the target that answered, or
+	// failed last. It runs on the request's goroutine.
+	OnTry func(r *http.Request, target string)
 	// NewTransport builds the transport of one target. If nil, DefaultTransport.
 	NewTransport func(Target, *Config) Transport
 	// Logger receives health transitions. If nil, slog.Default().

@@ -81,6 +81,9 @@ func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
 // reached is false when the request certainly did not reach t (the connection could
 // not be made).
 func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.Response, err error, reached bool) {
+	if p.cfg.OnTry != nil {
+		p.cfg.OnTry(req, t.key)
+	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timer := time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
 	out := req.WithContext(ctx) // shallow: the header is not changed per try

@@ -49,7 +49,7 @@ var rules = []rule{
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
-		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp",
+		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -95,6 +95,10 @@ var rules = []rule{
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
 	// bench/scenario's bare baseline serves the very handler h3edge serves.
 	{pkg: "edge/demo"},
+	// Beyond the table: the GODEBUG that turns on extended CONNECT (WebSocket over
+	// HTTP/2) in net/http's HTTP/2 server, set before that server's init reads it. Std
+	// only, and nothing in it may import net/http.
+	{pkg: "edge/xconnect"},
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{

@@ -1,4 +1,4 @@
-// h3edge dashboard: polls /api/v1/stats once a second and draws it. No build step, no
+// h3edge dashboard: polls /api/v1/stats and /api/v1/upstreams once a second and draws them. No build step, no
 // dependencies. Counters arrive cumulative; rates are differences between polls.
 'use strict';
 
@@ -202,6 +202,46 @@ function renderTransport(t) {
   setText('open-conns', fmt(t.open_connections));
 }
 
+// renderUpstreams fills the upstream panel from GET /api/v1/upstreams: one row per
+// target, its health as the pool sees it, requests in flight, recent p99, and its
+// responses so far. null: the endpoint is not there (or failed); the note says so.
+function renderUpstreams(u) {
+  if (!u) {
+    setText('upstreams-note', '(not available)');
+    fillTable('upstreams', [], 'no upstreams', 9);
+    return;
+  }
+  setText('upstreams-note', u.upstreams.length === 0 ? '(the built-in demo origin serves)' : '');
+  const rows = [];
+  for (const pool of u.upstreams) {
+    for (const tg of pool.targets) {
+      const tr = document.createElement('tr');
+      tr.dataset.upstream = pool.name;
+      tr.dataset.target = tg.url;
+      tr.dataset.state = tg.state;
+      cell(tr, pool.name + ' (' + pool.balance.replace('_', ' ') + ')');
+      cell(tr, '').appendChild(document.createElement('code')).textContent = tg.url;
+      cell(tr, fmt(tg.weight), 'num');
+      const st = document.createElement('span');
+      st.className = 'state state-' + tg.state;
+      st.textContent = tg.state;
+      cell(tr, '').appendChild(st);
+      cell(tr, fmt(tg.in_flight), 'num');
+      cell(tr, tg.p99_ms > 0 ? tg.p99_ms.toFixed(tg.p99_ms < 10 ? 2 : 0) + ' ms' : '–', 'num');
+      let total = 0, errors5xx = 0;
+      for (const [code, n] of Object.entries(tg.codes)) {
+        total += n;
+        if (code >= 500) errors5xx += n;
+      }
+      cell(tr, fmt(total), 'num');
+      cell(tr, fmt(errors5xx), 'num');
+      cell(tr, fmt(tg.errors), 'num');
+      rows.push(tr);
+    }
+  }
+  fillTable('upstreams', rows, 'no upstreams', 9);
+}
+
 async function unban(prefix, btn) {
   btn.disabled = true;
   // Keep the prefix's slash as a path separator; the API takes the rest of the path.
@@ -274,7 +314,10 @@ async function poll() {
   if (inFlight) return;
   inFlight = true;
   try {
-    const r = await fetch('/api/v1/stats', { headers: headers(), cache: 'no-store' });
+    const [r, ru] = await Promise.all([
+      fetch('/api/v1/stats', { headers: headers(), cache: 'no-store' }),
+      fetch('/api/v1/upstreams', { headers: headers(), cache: 'no-store' }).catch(() => null),
+    ]);
     if (r.status === 401) {
       $('token-form').hidden = false;
       setStatus('the admin API wants its token', true);
@@ -282,6 +325,7 @@ async function poll() {
     }
     if (!r.ok) throw new Error('HTTP ' + r.status);
     render(await r.json());
+    renderUpstreams(ru && ru.ok ? await ru.json() : null);
   } catch (e) {
     setStatus('no data: ' + e.message, true);
   } finally {
