@@ -51,7 +51,7 @@ func startOrigin(t *testing.T, name string, h http.HandlerFunc) *origin {
 	return o
 }
 
-func tgt(t *testing.T, raw string, weight int) Target {
+func tgt(t testing.TB, raw string, weight int) Target {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -80,7 +80,7 @@ func front(t *testing.T, p *Pool) string {
 	return s.URL
 }
 
-func newPool(t *testing.T, cfg Config) *Pool {
+func newPool(t testing.TB, cfg Config) *Pool {
 	t.Helper()
 	if cfg.Name == "" {
 		cfg.Name = "test"
