@@ -44,6 +44,10 @@ type Options struct {
 	BareCommand func(listen string) []string
 	// BareEnv is added to the bare server's environment.
 	BareEnv []string
+	// OriginCommand returns the command that runs the proxy scenario's HTTP/1.1 origin
+	// on listen (see ServeOrigin; it must print its ready line). If nil, this
+	// executable's hidden "serve-origin -listen ADDR" subcommand is used.
+	OriginCommand func(listen string) []string
 	// Dir holds scratch files (configurations, certificate cache, the built binary).
 	// If empty, a temporary directory is made and removed at the end.
 	Dir string
@@ -96,6 +100,7 @@ var scenarios = []scenario{
 	{name: "accuracy", claim: claimAccuracy, run: runAccuracy},
 	{name: "outage", claim: claimOutage, run: runOutage},
 	{name: "drop-cost", claim: claimDropCost, run: runDropCost},
+	{name: "proxy", claim: claimProxy, run: runProxy},
 }
 
 // Names lists the scenarios in the order of the README.

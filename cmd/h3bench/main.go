@@ -18,7 +18,8 @@
 // lists them.
 //
 // "h3bench serve-bare -listen ADDR" (not advertised) runs the bare baseline server the
-// scenarios compare h3edge with.
+// scenarios compare h3edge with; "h3bench serve-origin -listen ADDR" (not advertised)
+// the proxy scenario's HTTP/1.1 origin.
 package main
 
 import (
@@ -55,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runScenario(args[1:], stdout, stderr)
 		case "serve-bare":
 			return serveBare(args[1:], stderr)
+		case "serve-origin":
+			return serveOrigin(args[1:], stderr)
 		}
 	}
 	fs := flag.NewFlagSet("h3bench", flag.ContinueOnError)

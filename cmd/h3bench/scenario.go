@@ -137,3 +137,25 @@ func serveBare(args []string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// serveOrigin runs the proxy scenario's origin (scenario.ServeOrigin) until SIGTERM.
+func serveOrigin(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("h3bench serve-origin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8081", "TCP address for plain HTTP/1.1")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "h3bench serve-origin: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	scenario.UseEdgeGC()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := scenario.ServeOrigin(ctx, *listen, stderr); err != nil {
+		fmt.Fprintf(stderr, "h3bench serve-origin: %v\n", err)
+		return 1
+	}
+	return 0
+}
