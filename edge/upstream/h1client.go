@@ -61,9 +61,14 @@ func newH1Client(t Target, cfg *Config, fallback *http.Transport) *h1Client {
 		fallback: fallback,
 		max:      cfg.MaxConnections,
 	}
-	// The fallback's connections count against the same cap.
+	// The fallback's connections count against the same cap; under a cap it keeps
+	// none idle (negative: none), since an idle one there would hold a place that
+	// requests here wait for without being told it is free.
 	fallback.MaxConnsPerHost = 0
 	fallback.MaxIdleConnsPerHost = 2
+	if c.max > 0 {
+		fallback.MaxIdleConnsPerHost = -1
+	}
 	fallback.DialContext = c.dialFallback
 	return c
 }
@@ -78,20 +83,27 @@ func hostPort(host, port string) string {
 // RoundTrip sends req and reads the response header. The response body reads from the
 // connection; reading it to the end or closing it gives the connection back.
 func (c *h1Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	return c.roundTripBy(req, time.Time{})
+}
+
+// roundTripBy is RoundTrip with the wait for the response header bounded by deadline
+// (none if zero): the connection's deadlines bound it, and ErrTimeout reports it.
+// The fallback is given a context with the deadline instead.
+func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time) (*http.Response, error) {
 	body, inline := c.inlineBody(req)
 	if !inline {
-		return c.fallback.RoundTrip(req)
+		return c.fallbackBy(req, deadline)
 	}
 	if body != nil {
 		req = shallowWithBody(req, body)
 	}
 	ctx := req.Context()
 	for {
-		pc, reused, err := c.get(ctx)
+		pc, reused, err := c.get(ctx, deadline)
 		if err != nil {
-			return nil, err
+			return nil, timeoutAs(err, deadline)
 		}
-		resp, err := pc.roundTrip(req)
+		resp, err := pc.roundTrip(req, deadline)
 		if err == nil {
 			return resp, nil
 		}
@@ -101,8 +113,38 @@ func (c *h1Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		if reused && pc.nread == 0 && (req.Body == nil || req.Body == http.NoBody) && ctx.Err() == nil {
 			continue
 		}
+		return nil, timeoutAs(err, deadline)
+	}
+}
+
+// timeoutAs reports err as ErrTimeout when deadline passed, as Pool.try's context
+// reports it for other transports.
+func timeoutAs(err error, deadline time.Time) error {
+	var ne net.Error
+	if !deadline.IsZero() && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(deadline) {
+		return ErrTimeout
+	}
+	return err
+}
+
+// fallbackBy sends req through the net/http Transport within deadline.
+func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time) (*http.Response, error) {
+	if deadline.IsZero() {
+		return c.fallback.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(time.Until(deadline), func() { cancel(ErrTimeout) })
+	resp, err := c.fallback.RoundTrip(req.WithContext(ctx))
+	timer.Stop()
+	if err != nil {
+		cancel(nil)
+		if context.Cause(ctx) == ErrTimeout {
+			err = ErrTimeout
+		}
 		return nil, err
 	}
+	resp.Body = wrapBody(resp.Body, func() { cancel(nil) })
+	return resp, nil
 }
 
 // inlineBody tells whether req can be sent by h1Client and with which body: none
@@ -172,7 +214,7 @@ func shallowWithBody(req *http.Request, body io.ReadCloser) *http.Request {
 
 // get returns an idle connection or a new one, waiting within ctx when the cap is
 // reached. reused tells that the connection carried a request before.
-func (c *h1Client) get(ctx context.Context) (pc *h1Conn, reused bool, err error) {
+func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reused bool, err error) {
 	for {
 		c.mu.Lock()
 		for n := len(c.idle); n > 0; n = len(c.idle) {
@@ -189,7 +231,11 @@ func (c *h1Client) get(ctx context.Context) (pc *h1Conn, reused bool, err error)
 		if c.max <= 0 || c.open < c.max {
 			c.open++
 			c.mu.Unlock()
-			nc, err := c.dialer.DialContext(ctx, "tcp", c.addr)
+			d := c.dialer
+			if !deadline.IsZero() && (d.Deadline.IsZero() || deadline.Before(d.Deadline)) {
+				d.Deadline = deadline
+			}
+			nc, err := d.DialContext(ctx, "tcp", c.addr)
 			if err != nil {
 				c.release()
 				return nil, false, err
@@ -200,24 +246,38 @@ func (c *h1Client) get(ctx context.Context) (pc *h1Conn, reused bool, err error)
 		c.waiters = append(c.waiters, w)
 		c.mu.Unlock()
 		c.fallback.CloseIdleConnections() // the cap may be held by the fallback's idle ones
+		var expired <-chan time.Time
+		if !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case <-w:
+		case <-expired:
+			c.dropWaiter(w)
+			return nil, false, ErrTimeout
 		case <-ctx.Done():
-			c.mu.Lock()
-			for i, x := range c.waiters {
-				if x == w {
-					c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
-					break
-				}
-			}
-			c.mu.Unlock()
-			select {
-			case <-w: // woken meanwhile: pass it on
-				c.wakeOne()
-			default:
-			}
+			c.dropWaiter(w)
 			return nil, false, ctx.Err()
 		}
+	}
+}
+
+// dropWaiter takes w off the waiters; a wake-up it got meanwhile goes to the next.
+func (c *h1Client) dropWaiter(w chan struct{}) {
+	c.mu.Lock()
+	for i, x := range c.waiters {
+		if x == w {
+			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case <-w:
+		c.wakeOne()
+	default:
 	}
 }
 
@@ -367,10 +427,15 @@ func (pc *h1Conn) alive() bool {
 
 // roundTrip writes req and reads the response header on the calling goroutine. A
 // cancelled context fails the read or write in progress through the deadline.
-func (pc *h1Conn) roundTrip(req *http.Request) (*http.Response, error) {
+func (pc *h1Conn) roundTrip(req *http.Request, deadline time.Time) (*http.Response, error) {
 	ctx := req.Context()
 	pc.nread = 0
 	pc.stop = context.AfterFunc(ctx, func() { pc.nc.SetDeadline(aLongTimeAgo) })
+	if !deadline.IsZero() {
+		// The write of a request of at most maxInlineBody does not block on
+		// loopback buffers; the read of the header is what waits for the origin.
+		pc.nc.SetReadDeadline(deadline)
+	}
 	fail := func(err error) (*http.Response, error) {
 		pc.stop()
 		pc.c.closeConn(pc)
@@ -392,6 +457,12 @@ func (pc *h1Conn) roundTrip(req *http.Request) (*http.Response, error) {
 			return fail(err)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			if !deadline.IsZero() {
+				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
+				if ctx.Err() != nil {
+					pc.nc.SetDeadline(aLongTimeAgo) // the watch fired before the line above
+				}
+			}
 			b := &h1Body{pc: pc, ctx: ctx, rc: resp.Body, keep: !resp.Close}
 			if resp.Body == http.NoBody {
 				b.finish(true)
