@@ -60,6 +60,9 @@ type proxyRun struct {
 	Non200            int64       `json:"non_200"`
 	// CPUPerRequestUs is the server process's utime+stime over the run ÷ its requests.
 	CPUPerRequestUs float64 `json:"cpu_per_request_us"`
+	// OriginCPUPerRequestUs is the origin's, over the same run: near zero for the demo
+	// origin, which answers itself.
+	OriginCPUPerRequestUs float64 `json:"origin_cpu_per_request_us"`
 }
 
 // proxyCell is one server on one protocol over the rounds.
@@ -90,7 +93,7 @@ type proxyCheck struct {
 
 func runProxy(ctx context.Context, e *env) (*Report, error) {
 	sched := newProxySchedule(e.opt.Short)
-	_, origin, err := e.startOrigin(ctx)
+	originProc, origin, err := e.startOrigin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +133,7 @@ func runProxy(ctx context.Context, e *env) (*Report, error) {
 				if load.proto == bench.H3 && (name == proxyNgx || name == proxyHAP) {
 					continue
 				}
-				run, err := measureProxyRun(ctx, sched, load, servers[name], name, round)
+				run, err := measureProxyRun(ctx, sched, load, servers[name], originProc, name, round)
 				if err != nil {
 					return nil, err
 				}
@@ -170,12 +173,16 @@ func (m *proxyMeasured) cell(server string, p bench.Proto) *proxyCell {
 }
 
 // measureProxyRun loads srv with one protocol's load and reads its CPU around the run.
-func measureProxyRun(ctx context.Context, sched proxySchedule, load baselineLoad, srv *server, name string, round int) (proxyRun, error) {
+func measureProxyRun(ctx context.Context, sched proxySchedule, load baselineLoad, srv *server, origin *process, name string, round int) (proxyRun, error) {
 	run := proxyRun{Server: name, Proto: load.proto, Round: round + 1}
 	if err := srv.alive(); err != nil {
 		return run, err
 	}
 	cpu0, err := srv.cpu()
+	if err != nil {
+		return run, err
+	}
+	ocpu0, err := origin.cpu()
 	if err != nil {
 		return run, err
 	}
@@ -190,9 +197,14 @@ func measureProxyRun(ctx context.Context, sched proxySchedule, load baselineLoad
 	if err != nil {
 		return run, err
 	}
+	ocpu1, err := origin.cpu()
+	if err != nil {
+		return run, err
+	}
 	total := res.RequestsPerSecond * (sched.warm + res.Duration).Seconds()
 	if total > 0 {
 		run.CPUPerRequestUs = float64(cpu1-cpu0) / float64(time.Microsecond) / total
+		run.OriginCPUPerRequestUs = float64(ocpu1-ocpu0) / float64(time.Microsecond) / total
 	}
 	for _, n := range res.Errors {
 		run.Errors += n
