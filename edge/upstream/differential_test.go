@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -265,5 +267,71 @@ func TestDifferentialCoversBothLegs(t *testing.T) {
 	}
 	if inline < 100 || fallback < 30 {
 		t.Fatalf("inline %d, fallback %d of 300", inline, fallback)
+	}
+}
+
+// TestRequestHeadBytes: appendRequestHead and writeRequest put on the wire exactly
+// the bytes http.Request.Write does, field order included, for the random requests
+// h1Client writes itself (TestDifferential sees only what the origin parsed), and
+// for a few shaped to reach every branch.
+func TestRequestHeadBytes(t *testing.T) {
+	var reqs []*http.Request
+	for seq := range 300 {
+		req := randRequest(t, "http://origin.example:8080", seq)
+		if req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
+			continue // unknown length: net/http's leg
+		}
+		if req.ContentLength > maxInlineBody {
+			continue
+		}
+		reqs = append(reqs, req)
+	}
+	odd := mustReq(t, "GET", "http://origin.example/a%20b?x=%01", nil)
+	odd.Host = ""                                           // from the URL
+	odd.Header["X-Spaced"] = []string{"  padded\tvalue \t"} // trimmed
+	odd.Header["X-Empty"] = []string{""}
+	odd.Header["Trailer"] = []string{"X-Never"} // excluded from the head
+	reqs = append(reqs, odd)
+	bad := mustReq(t, "GET", "http://origin.example/", nil)
+	bad.Host = "bad<host" // invalid: net/http sends an empty Host
+	reqs = append(reqs, bad)
+	for i, req := range reqs {
+		var body []byte
+		if req.Body != nil {
+			body, _ = io.ReadAll(req.Body)
+		}
+		want := new(bytes.Buffer)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if len(body) == 0 && req.ContentLength <= 0 {
+			req.Body = nil
+		}
+		if err := req.Write(want); err != nil {
+			t.Fatal(err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		if req.ContentLength <= 0 {
+			req.Body = nil
+		}
+		hp := new([]byte)
+		if _, err := appendRequestHead(hp, req); err != nil {
+			t.Fatalf("request %d (%s %s %q): %v", i, req.Method, req.URL, req.Header, err)
+		}
+		got := new(bytes.Buffer)
+		bw := bufio.NewWriter(got)
+		if err := writeRequest(bw, *hp, req); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		bw.Flush()
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Errorf("request %d:\n got  %q\n want %q", i, show(got.String()), show(want.String()))
+		}
+	}
+	zoned := mustReq(t, "GET", "http://[fe80::1%25eth0]:80/", nil)
+	spaced := mustReq(t, "GET", "http://origin.example/", nil)
+	spaced.Host = "bad host"
+	for _, req := range []*http.Request{zoned, spaced} {
+		if _, err := appendRequestHead(new([]byte), req); !errors.Is(err, errNotPlain) {
+			t.Errorf("host %q: %v, want errNotPlain (left to net/http)", req.Host, err)
+		}
 	}
 }

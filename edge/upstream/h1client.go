@@ -20,9 +20,9 @@ import (
 // hands each request and response over channels; on loopback those hand-offs and the
 // scheduler wake-ups they cost were most of the proxy leg's CPU (the proxy scenario,
 // `h3bench scenario proxy`, and BenchmarkProxyLeg in this package measure both). The
-// wire format is net/http's own: the request is written by http.Request.Write, the
-// response parsed by http.ReadResponse, so what the origin and the client see is what
-// they saw through http.Transport (TestDifferential checks it).
+// wire format is net/http's: the request is written as http.Request.Write writes it
+// (h1write.go), the response parsed by http.ReadResponse, so what the origin and the
+// client see is what they saw through http.Transport (TestDifferential checks it).
 //
 // Requests that need a second goroutine go to fallback, a net/http Transport sharing
 // the connection cap: Upgrade (the connection becomes a tunnel), Expect: 100-continue
@@ -97,13 +97,18 @@ func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time) (*http.Res
 	if body != nil {
 		req = shallowWithBody(req, body)
 	}
+	hp := headPool.Get().(*[]byte)
+	defer func() { *hp = (*hp)[:0]; headPool.Put(hp) }()
+	if _, err := appendRequestHead(hp, req); err != nil {
+		return c.fallbackBy(req, deadline)
+	}
 	ctx := req.Context()
 	for {
 		pc, reused, err := c.get(ctx, deadline)
 		if err != nil {
 			return nil, timeoutAs(err, deadline)
 		}
-		resp, err := pc.roundTrip(req, deadline)
+		resp, err := pc.roundTrip(req, *hp, deadline)
 		if err == nil {
 			return resp, nil
 		}
@@ -427,7 +432,7 @@ func (pc *h1Conn) alive() bool {
 
 // roundTrip writes req and reads the response header on the calling goroutine. A
 // cancelled context fails the read or write in progress through the deadline.
-func (pc *h1Conn) roundTrip(req *http.Request, deadline time.Time) (*http.Response, error) {
+func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) (*http.Response, error) {
 	ctx := req.Context()
 	pc.nread = 0
 	pc.stop = context.AfterFunc(ctx, func() { pc.nc.SetDeadline(aLongTimeAgo) })
@@ -444,7 +449,7 @@ func (pc *h1Conn) roundTrip(req *http.Request, deadline time.Time) (*http.Respon
 		}
 		return nil, err
 	}
-	if err := req.Write(pc.bw); err != nil {
+	if err := writeRequest(pc.bw, head, req); err != nil {
 		return fail(err)
 	}
 	if err := pc.bw.Flush(); err != nil {
