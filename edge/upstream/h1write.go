@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // writeRequest writes head (appendRequestHead's) and req's body, of the length
@@ -54,9 +52,6 @@ func appendRequestHead(b *[]byte, req *http.Request) (*[]byte, error) {
 	if !plainHost(host) {
 		return b, errNotPlain
 	}
-	if !httpguts.ValidHostHeader(host) {
-		host = "" // as net/http does (go.dev/issue/61431)
-	}
 	ruri := req.URL.RequestURI()
 	if containsCTL(ruri) {
 		return b, errNotPlain
@@ -96,11 +91,11 @@ func appendRequestHead(b *[]byte, req *http.Request) (*[]byte, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if !httpguts.ValidHeaderFieldName(k) {
+		if !validFieldName(k) {
 			return b, errNotPlain
 		}
 		for _, v := range req.Header[k] {
-			if !httpguts.ValidHeaderFieldValue(v) {
+			if !validFieldValue(v) {
 				return b, errNotPlain
 			}
 			h = append(append(append(append(h, k...), ": "...), cleanValue(v)...), "\r\n"...)
@@ -111,11 +106,38 @@ func appendRequestHead(b *[]byte, req *http.Request) (*[]byte, error) {
 	return b, nil
 }
 
-// plainHost reports whether host is printable ASCII without an IPv6 zone, which
-// net/http would rewrite (punycode, zone removal).
+// plainHost reports whether host is made of the bytes net/http's Host check
+// (httpguts.ValidHostHeader) lets through, without '%' (an IPv6 zone net/http removes)
+// and ASCII only (no punycode to apply). Others go to net/http: this package imports
+// the standard library only (DESIGN §2).
 func plainHost(host string) bool {
 	for i := 0; i < len(host); i++ {
-		if c := host[i]; c <= ' ' || c >= 0x7f || c == '%' {
+		c := host[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!$&()*+,-.:;=['_]~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldName is httpguts.ValidHeaderFieldName: a non-empty RFC 9110 token.
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldValue is httpguts.ValidHeaderFieldValue: no control byte but HTAB.
+func validFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
