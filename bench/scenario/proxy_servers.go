@@ -50,16 +50,9 @@ func (e *env) startOrigin(ctx context.Context) (*process, netip.AddrPort, error)
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	var argv []string
-	if e.opt.OriginCommand != nil {
-		argv = e.opt.OriginCommand(listen)
-	} else {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, netip.AddrPort{}, err
-		}
-		argv = []string{self, "serve-origin", "-listen", listen}
+	argv, err := helperCommand(e.opt.OriginCommand, "serve-origin", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return nil, netip.AddrPort{}, err
 	}
 	p, _, err := startProcess(ctx, "origin", e.wrap(argv), nil, originReady.MatchString, 15*time.Second)
 	if err != nil {

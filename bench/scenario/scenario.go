@@ -277,18 +277,24 @@ func (e *env) startBare(ctx context.Context, name string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	var argv []string
-	if e.opt.BareCommand != nil {
-		argv = e.opt.BareCommand(listen)
-	} else {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		argv = []string{self, "serve-bare", "-listen", listen}
+	argv, err := helperCommand(e.opt.BareCommand, "serve-bare", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return nil, err
 	}
 	return e.startServer(ctx, name, e.wrap(argv), e.opt.BareEnv, port)
+}
+
+// helperCommand is the command of a helper server on listen: custom's, or this
+// executable's hidden subcommand sub ("serve-bare", "serve-origin").
+func helperCommand(custom func(listen string) []string, sub, listen string) ([]string, error) {
+	if custom != nil {
+		return custom(listen), nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return []string{self, sub, "-listen", listen}, nil
 }
 
 func (e *env) startServer(ctx context.Context, name string, argv, env []string, port int) (*server, error) {
