@@ -24,6 +24,7 @@ func ExampleClaim() {
 	// accuracy true
 	// outage true
 	// drop-cost true
+	// proxy true
 	// true
 }
 

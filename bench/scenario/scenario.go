@@ -51,6 +51,10 @@ type Options struct {
 	BareCommand func(listen string) []string
 	// BareEnv is added to the bare server's environment.
 	BareEnv []string
+	// OriginCommand returns the command that runs the proxy scenario's HTTP/1.1 origin
+	// on listen (see ServeOrigin; it must print its ready line). If nil, this
+	// executable's hidden "serve-origin -listen ADDR" subcommand is used.
+	OriginCommand func(listen string) []string
 	// Dir holds scratch files (configurations, certificate cache, the built binary).
 	// If empty, a temporary directory is made and removed at the end.
 	Dir string
@@ -110,6 +114,7 @@ var scenarios = []scenario{
 	{name: "accuracy", claim: claimAccuracy, run: runAccuracy},
 	{name: "outage", claim: claimOutage, run: runOutage},
 	{name: "drop-cost", claim: claimDropCost, run: runDropCost},
+	{name: "proxy", claim: claimProxy, run: runProxy},
 }
 
 // Names lists the scenarios in the order of the README.
@@ -286,18 +291,24 @@ func (e *env) startBare(ctx context.Context, name string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	var argv []string
-	if e.opt.BareCommand != nil {
-		argv = e.opt.BareCommand(listen)
-	} else {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		argv = []string{self, "serve-bare", "-listen", listen}
+	argv, err := helperCommand(e.opt.BareCommand, "serve-bare", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return nil, err
 	}
 	return e.startServer(ctx, name, e.wrap(argv), e.opt.BareEnv, port)
+}
+
+// helperCommand is the command of a helper server on listen: custom's, or this
+// executable's hidden subcommand sub ("serve-bare", "serve-origin").
+func helperCommand(custom func(listen string) []string, sub, listen string) ([]string, error) {
+	if custom != nil {
+		return custom(listen), nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return []string{self, sub, "-listen", listen}, nil
 }
 
 func (e *env) startServer(ctx context.Context, name string, argv, env []string, port int) (*server, error) {

@@ -36,8 +36,19 @@ import (
 
 var serveBareFlag = flag.String("h3bench.serve-bare", "", "run the bare server on this address instead of the tests (used by the scenario tests)")
 
+var serveOriginFlag = flag.String("h3bench.serve-origin", "", "run the proxy scenario's origin on this address instead of the tests")
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if *serveOriginFlag != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := ServeOrigin(ctx, *serveOriginFlag, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if *serveBareFlag != "" {
 		UseEdgeGC()
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -94,6 +105,9 @@ func scenarioOptions(t *testing.T) Options {
 		BareCommand: func(listen string) []string {
 			return []string{os.Args[0], "-h3bench.serve-bare=" + listen}
 		},
+		OriginCommand: func(listen string) []string {
+			return []string{os.Args[0], "-h3bench.serve-origin=" + listen}
+		},
 		Dir: t.TempDir(),
 		Log: tlog{t},
 	}
@@ -116,7 +130,7 @@ func perfClaims() bool { return os.Getenv("H3EDGE_PERF") == "1" }
 
 // timedClaims are the scenarios whose claim is a timing claim: their verdict is
 // asserted only with H3EDGE_PERF=1, their functional part by their tests in every run.
-var timedClaims = map[string]bool{"baseline": true, "noisy-neighbour": true, "outage": true, "drop-cost": true}
+var timedClaims = map[string]bool{"baseline": true, "noisy-neighbour": true, "outage": true, "drop-cost": true, "proxy": true}
 
 func TestScenarios(t *testing.T) {
 	for _, tc := range []struct {
@@ -443,8 +457,8 @@ func TestScenarioClaimsAndUnknown(t *testing.T) {
 	if _, err := Run(t.Context(), "nope", Options{}); !errors.Is(err, ErrUnknown) {
 		t.Errorf("unknown scenario: err = %v", err)
 	}
-	if got := Names(); len(got) != 7 {
-		t.Errorf("Names() = %v, want the 7 of DESIGN §3", got)
+	if got := Names(); len(got) != 8 {
+		t.Errorf("Names() = %v, want the 7 of DESIGN §3 and proxy (issues 12 and 16)", got)
 	}
 }
 

@@ -24,8 +24,9 @@
 // with the scenarios' exit codes. `h3bench attack` alone lists them.
 //
 // "h3bench serve-bare -listen ADDR" (not advertised) runs the bare baseline server the
-// scenarios compare h3edge with; "h3bench attack-client" (not advertised either) is
-// the attacker h3bench attack starts as a process of its own.
+// scenarios compare h3edge with; "h3bench serve-origin -listen ADDR" (not advertised)
+// the proxy scenario's HTTP/1.1 origin; "h3bench attack-client" (not advertised either)
+// is the attacker h3bench attack starts as a process of its own.
 package main
 
 import (
@@ -66,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runAttackClient(args[1:], stdout, stderr)
 		case "serve-bare":
 			return serveBare(args[1:], stderr)
+		case "serve-origin":
+			return serveOrigin(args[1:], stderr)
 		}
 	}
 	fs := flag.NewFlagSet("h3bench", flag.ContinueOnError)

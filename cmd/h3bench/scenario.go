@@ -107,21 +107,32 @@ func listScenarios(w io.Writer) {
 
 // serveBare runs the bare baseline server until SIGINT or SIGTERM.
 func serveBare(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("h3bench serve-bare", flag.ContinueOnError)
+	return serveHelper("serve-bare", "127.0.0.1:8444", "address for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3)", scenario.ServeBare, args, stderr)
+}
+
+// serveOrigin runs the proxy scenario's origin (scenario.ServeOrigin) likewise.
+func serveOrigin(args []string, stderr io.Writer) int {
+	return serveHelper("serve-origin", "127.0.0.1:8081", "TCP address for plain HTTP/1.1", scenario.ServeOrigin, args, stderr)
+}
+
+// serveHelper runs one of the scenarios' helper servers: "-listen ADDR" and nothing
+// else, h3edge's collector setting, serve until SIGINT or SIGTERM.
+func serveHelper(name, listenDefault, listenUsage string, serve func(context.Context, string, io.Writer) error, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("h3bench "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8444", "address for TCP (HTTP/1.1, HTTP/2) and UDP (HTTP/3)")
+	listen := fs.String("listen", listenDefault, listenUsage)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "h3bench serve-bare: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "h3bench %s: unexpected argument %q\n", name, fs.Arg(0))
 		return exitUsage
 	}
 	scenario.UseEdgeGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := scenario.ServeBare(ctx, *listen, stderr); err != nil {
-		fmt.Fprintf(stderr, "h3bench serve-bare: %v\n", err)
+	if err := serve(ctx, *listen, stderr); err != nil {
+		fmt.Fprintf(stderr, "h3bench %s: %v\n", name, err)
 		return 1
 	}
 	return 0

@@ -219,8 +219,9 @@ func New(cfg Config) (*Pool, error) {
 		p.targets = append(p.targets, newTarget(i, t, cfg.NewTransport(t, &cfg)))
 	}
 	p.proxy = &httputil.ReverseProxy{
-		Transport: (*roundTripper)(p),
-		Rewrite:   p.rewrite,
+		Transport:  (*roundTripper)(p),
+		Rewrite:    p.rewrite,
+		BufferPool: copyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if cfg.ErrorHandler != nil {
 				cfg.ErrorHandler(w, r, err)
@@ -291,6 +292,15 @@ func (p *Pool) requestDone() {
 		p.closeIdle()
 	}
 }
+
+// copyBuffers lends ReverseProxy its body copy buffers: without a pool it makes a
+// 32 KiB one per request.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 
 type clientKey struct{}
 

@@ -51,7 +51,7 @@ func startOrigin(t *testing.T, name string, h http.HandlerFunc) *origin {
 	return o
 }
 
-func tgt(t *testing.T, raw string, weight int) Target {
+func tgt(t testing.TB, raw string, weight int) Target {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -80,7 +80,7 @@ func front(t *testing.T, p *Pool) string {
 	return s.URL
 }
 
-func newPool(t *testing.T, cfg Config) *Pool {
+func newPool(t testing.TB, cfg Config) *Pool {
 	t.Helper()
 	if cfg.Name == "" {
 		cfg.Name = "test"
@@ -362,20 +362,28 @@ func TestLeastRequests(t *testing.T) {
 	url := front(t, newPool(t, Config{Balance: LeastRequests, Targets: []Target{tgt(t, slow.URL, 1), tgt(t, fast.URL, 1)}}))
 	c := &http.Client{Timeout: 10 * time.Second}
 	// Park a request on slow; with two targets both are always the two choices, so
-	// every later request must go to fast, which holds none.
-	testkit.WaitFor(t, 5*time.Second, "a request parked on slow", func() bool {
+	// every later request must go to fast, which holds none. One request at a time
+	// until one parks: one still in flight on fast would tie the two targets.
+	for slow.hits.Load() == 0 {
+		before := fast.hits.Load()
+		done := make(chan struct{})
 		go func() {
+			defer close(done)
 			if resp, err := c.Get(url + "/"); err == nil {
 				resp.Body.Close()
 			}
 		}()
-		return slow.hits.Load() >= 1
-	})
+		testkit.WaitFor(t, 5*time.Second, "the request to reach a target", func() bool {
+			return slow.hits.Load() >= 1 || fast.hits.Load() > before
+		})
+		if slow.hits.Load() == 0 {
+			<-done // answered by fast: its in-flight count is back to 0
+		}
+	}
 	fastBefore := fast.hits.Load()
 	for range 50 {
 		get(t, c, mustReq(t, "GET", url+"/", nil))
 	}
-	// (A request the loop above launched last may land on fast too.)
 	if got := fast.hits.Load() - fastBefore; got < 50 {
 		t.Errorf("fast got %d of 50 while slow held requests, want all", got)
 	}

@@ -84,9 +84,25 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 	if p.cfg.OnTry != nil {
 		p.cfg.OnTry(req, t.key)
 	}
-	ctx, cancel := context.WithCancelCause(req.Context())
-	timer := time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
-	out := req.WithContext(ctx) // shallow: the header is not changed per try
+	// The timeout: a transport that bounds the wait itself is given the deadline;
+	// others get a context the timeout cancels (a context, a timer and a request copy
+	// per try: 3–4 % of a proxied request's CPU in the proxy scenario's profile).
+	var (
+		out    *http.Request
+		cancel = func(error) {}
+		timer  *time.Timer
+	)
+	start := time.Now()
+	dt, direct := t.rt.(deadlineTransport)
+	if direct {
+		out = new(http.Request)
+		*out = *req // shallow: the header is not changed per try
+	} else {
+		var ctx context.Context
+		ctx, cancel = context.WithCancelCause(req.Context())
+		timer = time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
+		out = req.WithContext(ctx)
+	}
 	u := *req.URL
 	u.Scheme, u.Host = t.dial.Scheme, t.dial.Host
 	if t.dial.Path != "" && t.dial.Path != "/" {
@@ -102,9 +118,12 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 
 	t.inflight.Add(1)
 	p.inflight.Add(1)
-	start := time.Now()
-	resp, err = t.rt.RoundTrip(out)
-	timer.Stop()
+	if direct {
+		resp, err = dt.roundTripBy(out, start.Add(p.cfg.Timeout))
+	} else {
+		resp, err = t.rt.RoundTrip(out)
+		timer.Stop()
+	}
 	elapsed := time.Since(start)
 	now := time.Now().UnixNano()
 	if err != nil {
@@ -114,7 +133,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 		t.inflight.Add(-1)
 		p.requestDone()
 		cancel(nil)
-		if context.Cause(ctx) == ErrTimeout {
+		if !direct && context.Cause(out.Context()) == ErrTimeout {
 			err = ErrTimeout
 		}
 		reached = !isDialError(err)
@@ -143,6 +162,13 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 		p.requestDone()
 	})
 	return resp, nil, true
+}
+
+// deadlineTransport is a Transport that bounds the wait for a response header
+// (connection, request and header) by a deadline itself, as h1Client does with the
+// connection's deadlines; it reports a passed deadline as ErrTimeout.
+type deadlineTransport interface {
+	roundTripBy(req *http.Request, deadline time.Time) (*http.Response, error)
 }
 
 // failed records a failure of t, reporting whether it ejected t.

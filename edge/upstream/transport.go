@@ -20,11 +20,25 @@ type Transport interface {
 // that it can be retried elsewhere.
 const dialTimeout = 2 * time.Second
 
-// DefaultTransport is a net/http Transport for t: HTTP/1.1 with keep-alive to http://
+// DefaultTransport is the transport of t: to http:// targets HTTP/1.1 with keep-alive
+// on the calling goroutine (see h1Client; requests it cannot carry that way go through
+// NetHTTPTransport's), to https:// and h2c:// targets NetHTTPTransport. At most
+// cfg.MaxConnections connections are open to t.
+func DefaultTransport(t Target, cfg *Config) Transport {
+	tr := NetHTTPTransport(t, cfg).(*http.Transport)
+	if t.URL.Scheme == "http" {
+		return newH1Client(t, cfg, tr)
+	}
+	return tr
+}
+
+// NetHTTPTransport is a net/http Transport for t: HTTP/1.1 with keep-alive to http://
 // targets, HTTP/2 or HTTP/1.1 (by ALPN) to https:// ones, verified against
 // cfg.RootCAs or the system roots, and HTTP/2 without TLS (prior knowledge) to h2c://
-// ones. At most cfg.MaxConnections connections are open to t.
-func DefaultTransport(t Target, cfg *Config) Transport {
+// ones. At most cfg.MaxConnections connections are open to t. It asks for no
+// compression: a proxy passes the client's Accept-Encoding on, and the origin's
+// encoding back, rather than have net/http add gzip and decompress at the edge.
+func NetHTTPTransport(t Target, cfg *Config) Transport {
 	tr := &http.Transport{
 		Proxy:                 nil, // the edge talks to its targets directly
 		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -34,6 +48,7 @@ func DefaultTransport(t Target, cfg *Config) Transport {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
 	}
 	if cfg.MaxConnections > 0 {
 		tr.MaxIdleConnsPerHost = min(tr.MaxIdleConnsPerHost, cfg.MaxConnections)

@@ -1,0 +1,542 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"time"
+)
+
+// h1Client is the Transport of an http:// target: HTTP/1.1 with keep-alive, the request
+// written and the response read on the calling goroutine, on connections it keeps
+// itself. net/http's Transport gives every connection a read and a write goroutine and
+// hands each request and response over channels; on loopback those hand-offs and the
+// scheduler wake-ups they cost were most of the proxy leg's CPU (the proxy scenario,
+// `h3bench scenario proxy`, and BenchmarkProxyLeg in this package measure both). The
+// wire format is net/http's: the request is written as http.Request.Write writes it
+// (h1write.go), the response parsed by http.ReadResponse, so what the origin and the
+// client see is what they saw through http.Transport (TestDifferential checks it).
+//
+// Requests that need a second goroutine go to fallback, a net/http Transport sharing
+// the connection cap: Upgrade (the connection becomes a tunnel), Expect: 100-continue
+// (the body waits for the origin's word), and request bodies of unknown or more than
+// maxInlineBody length, which net/http sends while it reads the response, so that an
+// origin answering before it has read a long upload is heard.
+type h1Client struct {
+	dialer   net.Dialer
+	addr     string
+	fallback *http.Transport
+
+	mu      sync.Mutex
+	idle    []*h1Conn // most recently used last
+	open    int       // connections of both legs, idle or busy
+	max     int       // 0: no cap
+	waiters []chan struct{}
+}
+
+// maxInlineBody is the largest request body (by Content-Length) h1Client writes before
+// it reads the response: socket buffers on loopback hold it even if the origin answers
+// without reading it.
+const maxInlineBody = 64 << 10
+
+// idleTimeout closes connections idle this long; staleAfter is the idle time after
+// which a connection is checked for a close from the origin before it is used (an
+// origin's keep-alive timeout, 5 s for Apache, may have passed).
+const (
+	idleTimeout = 90 * time.Second
+	staleAfter  = time.Second
+)
+
+func newH1Client(t Target, cfg *Config, fallback *http.Transport) *h1Client {
+	c := &h1Client{
+		dialer:   net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second},
+		addr:     hostPort(t.URL.Host, "80"),
+		fallback: fallback,
+		max:      cfg.MaxConnections,
+	}
+	// The fallback's connections count against the same cap; under a cap it keeps
+	// none idle (negative: none), since an idle one there would hold a place that
+	// requests here wait for without being told it is free.
+	fallback.MaxConnsPerHost = 0
+	fallback.MaxIdleConnsPerHost = 2
+	if c.max > 0 {
+		fallback.MaxIdleConnsPerHost = -1
+	}
+	fallback.DialContext = c.dialFallback
+	return c
+}
+
+func hostPort(host, port string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// RoundTrip sends req and reads the response header. The response body reads from the
+// connection; reading it to the end or closing it gives the connection back.
+func (c *h1Client) RoundTrip(req *http.Request) (*http.Response, error) {
+	return c.roundTripBy(req, time.Time{})
+}
+
+// roundTripBy is RoundTrip with the wait for the response header bounded by deadline
+// (none if zero): the connection's deadlines bound it, and ErrTimeout reports it.
+// The fallback is given a context with the deadline instead.
+func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time) (*http.Response, error) {
+	body, inline := c.inlineBody(req)
+	if !inline {
+		return c.fallbackBy(req, deadline)
+	}
+	if body != nil {
+		req = shallowWithBody(req, body)
+	}
+	hp := headPool.Get().(*[]byte)
+	defer func() { *hp = (*hp)[:0]; headPool.Put(hp) }()
+	if _, err := appendRequestHead(hp, req); err != nil {
+		return c.fallbackBy(req, deadline)
+	}
+	ctx := req.Context()
+	for {
+		pc, reused, err := c.get(ctx, deadline)
+		if err != nil {
+			return nil, timeoutAs(err, deadline)
+		}
+		resp, err := pc.roundTrip(req, *hp, deadline)
+		if err == nil {
+			return resp, nil
+		}
+		// A connection the origin closed while it was idle fails before a byte of
+		// the response: net/http's Transport sends such a request again on a new
+		// connection, and so does this one when the request has no body to resend.
+		if reused && pc.nread == 0 && (req.Body == nil || req.Body == http.NoBody) && ctx.Err() == nil {
+			continue
+		}
+		return nil, timeoutAs(err, deadline)
+	}
+}
+
+// timeoutAs reports err as ErrTimeout when deadline passed, as Pool.try's context
+// reports it for other transports.
+func timeoutAs(err error, deadline time.Time) error {
+	var ne net.Error
+	if !deadline.IsZero() && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(deadline) {
+		return ErrTimeout
+	}
+	return err
+}
+
+// fallbackBy sends req through the net/http Transport within deadline.
+func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time) (*http.Response, error) {
+	if deadline.IsZero() {
+		return c.fallback.RoundTrip(req)
+	}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timer := time.AfterFunc(time.Until(deadline), func() { cancel(ErrTimeout) })
+	resp, err := c.fallback.RoundTrip(req.WithContext(ctx))
+	timer.Stop()
+	if err != nil {
+		cancel(nil)
+		if context.Cause(ctx) == ErrTimeout {
+			err = ErrTimeout
+		}
+		return nil, err
+	}
+	resp.Body = wrapBody(resp.Body, func() { cancel(nil) })
+	return resp, nil
+}
+
+// inlineBody tells whether req can be sent by h1Client and with which body: none
+// (nil), or req.Body as it is. A request of a method that usually has no body and an
+// unknown length (HTTP/3 requests have no Content-Length) has its body probed: an
+// empty one is dropped, as net/http's Transport drops it; a body with data goes to the
+// fallback with the bytes read put back.
+func (c *h1Client) inlineBody(req *http.Request) (io.ReadCloser, bool) {
+	if req.Method == http.MethodConnect || req.Header["Upgrade"] != nil || req.Header["Expect"] != nil ||
+		len(req.TransferEncoding) > 0 || req.Close {
+		return nil, false
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, true
+	}
+	switch {
+	case req.ContentLength > 0:
+		return req.Body, req.ContentLength <= maxInlineBody
+	case req.ContentLength == 0:
+		return http.NoBody, true
+	}
+	if !usuallyNoBody(req.Method) {
+		return nil, false
+	}
+	var b [1]byte
+	n, err := io.ReadFull(req.Body, b[:])
+	if n == 0 && err == io.EOF {
+		return http.NoBody, true
+	}
+	req.Body = readCloser{io.MultiReader(bytes.NewReader(b[:n]), errReader{err}, req.Body), req.Body}
+	return nil, false
+}
+
+// usuallyNoBody lists the methods net/http probes for a body (requestMethodUsuallyLacksBody).
+func usuallyNoBody(m string) bool {
+	switch m {
+	case "GET", "HEAD", "DELETE", "OPTIONS", "PROPFIND", "SEARCH":
+		return true
+	}
+	return false
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// errReader returns err once (nil: nothing), so that a probe's error is not lost.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err == nil || e.err == io.EOF || e.err == io.ErrUnexpectedEOF {
+		return 0, io.EOF
+	}
+	return 0, e.err
+}
+
+func shallowWithBody(req *http.Request, body io.ReadCloser) *http.Request {
+	out := new(http.Request)
+	*out = *req
+	out.Body = body
+	if body == http.NoBody {
+		out.ContentLength = 0
+	}
+	return out
+}
+
+// get returns an idle connection or a new one, waiting within ctx when the cap is
+// reached. reused tells that the connection carried a request before.
+func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reused bool, err error) {
+	for {
+		c.mu.Lock()
+		for n := len(c.idle); n > 0; n = len(c.idle) {
+			pc = c.idle[n-1]
+			c.idle[n-1] = nil
+			c.idle = c.idle[:n-1]
+			c.mu.Unlock()
+			if time.Since(pc.idleSince) < staleAfter || pc.alive() {
+				return pc, true, nil
+			}
+			c.closeConn(pc)
+			c.mu.Lock()
+		}
+		if c.max <= 0 || c.open < c.max {
+			c.open++
+			c.mu.Unlock()
+			d := c.dialer
+			if !deadline.IsZero() && (d.Deadline.IsZero() || deadline.Before(d.Deadline)) {
+				d.Deadline = deadline
+			}
+			nc, err := d.DialContext(ctx, "tcp", c.addr)
+			if err != nil {
+				c.release()
+				return nil, false, err
+			}
+			return newH1Conn(c, nc), false, nil
+		}
+		w := make(chan struct{}, 1)
+		c.waiters = append(c.waiters, w)
+		c.mu.Unlock()
+		c.fallback.CloseIdleConnections() // the cap may be held by the fallback's idle ones
+		var expired <-chan time.Time
+		if !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-w:
+		case <-expired:
+			c.dropWaiter(w)
+			return nil, false, ErrTimeout
+		case <-ctx.Done():
+			c.dropWaiter(w)
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// dropWaiter takes w off the waiters; a wake-up it got meanwhile goes to the next.
+func (c *h1Client) dropWaiter(w chan struct{}) {
+	c.mu.Lock()
+	for i, x := range c.waiters {
+		if x == w {
+			c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	select {
+	case <-w:
+		c.wakeOne()
+	default:
+	}
+}
+
+// put keeps pc for the next request.
+func (c *h1Client) put(pc *h1Conn) {
+	now := time.Now()
+	pc.idleSince = now
+	c.mu.Lock()
+	c.idle = append(c.idle, pc)
+	var old *h1Conn
+	if now.Sub(c.idle[0].idleSince) > idleTimeout {
+		old = c.idle[0]
+		c.idle = append(c.idle[:0], c.idle[1:]...)
+	}
+	c.wakeLocked()
+	c.mu.Unlock()
+	if old != nil {
+		c.closeConn(old)
+	}
+}
+
+// closeConn closes pc and frees its place under the cap.
+func (c *h1Client) closeConn(pc *h1Conn) {
+	pc.nc.Close()
+	c.release()
+}
+
+func (c *h1Client) release() {
+	c.mu.Lock()
+	c.open--
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+func (c *h1Client) wakeOne() {
+	c.mu.Lock()
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+func (c *h1Client) wakeLocked() {
+	if len(c.waiters) > 0 {
+		c.waiters[0] <- struct{}{}
+		c.waiters = c.waiters[1:]
+	}
+}
+
+// CloseIdleConnections closes the connections of both legs not carrying a request.
+func (c *h1Client) CloseIdleConnections() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, pc := range idle {
+		c.closeConn(pc)
+	}
+	c.fallback.CloseIdleConnections()
+}
+
+// dialFallback dials for the fallback Transport within the shared cap.
+func (c *h1Client) dialFallback(ctx context.Context, network, addr string) (net.Conn, error) {
+	for {
+		c.mu.Lock()
+		if c.max <= 0 || c.open < c.max {
+			c.open++
+			c.mu.Unlock()
+			break
+		}
+		if n := len(c.idle); n > 0 { // make room: an idle connection of ours goes
+			pc := c.idle[0]
+			c.idle = append(c.idle[:0], c.idle[1:]...)
+			c.mu.Unlock()
+			c.closeConn(pc)
+			continue
+		}
+		w := make(chan struct{}, 1)
+		c.waiters = append(c.waiters, w)
+		c.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return nil, ctx.Err() // a spurious wake-up later is harmless: waiters re-check
+		}
+	}
+	nc, err := c.dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	return &capConn{Conn: nc, c: c}, nil
+}
+
+// capConn frees its place under the cap when net/http closes it.
+type capConn struct {
+	net.Conn
+	c    *h1Client
+	once sync.Once
+}
+
+func (cc *capConn) Close() error {
+	err := cc.Conn.Close()
+	cc.once.Do(cc.c.release)
+	return err
+}
+
+// h1Conn is one connection to the target.
+type h1Conn struct {
+	c         *h1Client
+	nc        net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	nread     int64 // bytes read during the current request
+	idleSince time.Time
+	stop      func() bool // ends the watch of the current request's context
+}
+
+func newH1Conn(c *h1Client, nc net.Conn) *h1Conn {
+	pc := &h1Conn{c: c, nc: nc}
+	pc.br = bufio.NewReaderSize(readCounter{pc}, 4<<10)
+	pc.bw = bufio.NewWriterSize(nc, 4<<10)
+	return pc
+}
+
+type readCounter struct{ pc *h1Conn }
+
+func (r readCounter) Read(p []byte) (int, error) {
+	n, err := r.pc.nc.Read(p)
+	r.pc.nread += int64(n)
+	return n, err
+}
+
+// aLongTimeAgo is a deadline in the past: it fails the blocked read or write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// alive reports whether the origin has not closed the connection while it was idle:
+// a read that would block says so.
+func (pc *h1Conn) alive() bool {
+	if pc.br.Buffered() > 0 {
+		return false // the origin sent something unasked: the stream is out of step
+	}
+	pc.nc.SetReadDeadline(aLongTimeAgo)
+	_, err := pc.br.Peek(1)
+	pc.nc.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// roundTrip writes req and reads the response header on the calling goroutine. A
+// cancelled context fails the read or write in progress through the deadline.
+func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) (*http.Response, error) {
+	ctx := req.Context()
+	pc.nread = 0
+	pc.stop = context.AfterFunc(ctx, func() { pc.nc.SetDeadline(aLongTimeAgo) })
+	if !deadline.IsZero() {
+		// The write of a request of at most maxInlineBody does not block on
+		// loopback buffers; the read of the header is what waits for the origin.
+		pc.nc.SetReadDeadline(deadline)
+	}
+	fail := func(err error) (*http.Response, error) {
+		pc.stop()
+		pc.c.closeConn(pc)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if err := writeRequest(pc.bw, head, req); err != nil {
+		return fail(err)
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return fail(err)
+	}
+	var trace *httptrace.ClientTrace
+	for {
+		resp, err := http.ReadResponse(pc.br, req)
+		if err != nil {
+			return fail(err)
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			if !deadline.IsZero() {
+				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
+				if ctx.Err() != nil {
+					pc.nc.SetDeadline(aLongTimeAgo) // the watch fired before the line above
+				}
+			}
+			b := &h1Body{pc: pc, ctx: ctx, rc: resp.Body, keep: !resp.Close}
+			if resp.Body == http.NoBody {
+				b.finish(true)
+				return resp, nil
+			}
+			resp.Body = b
+			return resp, nil
+		}
+		// 1xx: passed on (ReverseProxy forwards them through this hook), then the
+		// real response follows.
+		if trace == nil {
+			trace = httptrace.ContextClientTrace(ctx)
+		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return fail(err)
+			}
+		}
+	}
+}
+
+// h1Body is a response body; at its end the connection goes back to the client (or
+// is closed: the origin said close, the body was not read to its end, the context
+// ended).
+//
+// One is made per response, not kept in the connection: ReverseProxy closes a body
+// after its end, when the connection may carry the next request already.
+type h1Body struct {
+	pc   *h1Conn
+	ctx  context.Context
+	rc   io.ReadCloser
+	keep bool
+	done bool
+	err  error // what Read returns once done
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, b.err
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		if err != io.EOF && b.ctx.Err() != nil {
+			err = b.ctx.Err() // the deadline set by the context's watch: say why
+		}
+		b.finish(err == io.EOF)
+		b.err = err
+	}
+	return n, err
+}
+
+var errBodyClosed = errors.New("upstream: read on a closed response body")
+
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.finish(false)
+		b.err = errBodyClosed
+	}
+	return nil
+}
+
+// finish ends the request on the connection: keep it when the body was read whole,
+// the origin keeps the connection open, and the context's watch had not fired.
+func (b *h1Body) finish(whole bool) {
+	b.done = true
+	pc := b.pc
+	if pc.stop() && whole && b.keep {
+		pc.c.put(pc)
+		return
+	}
+	pc.c.closeConn(pc)
+}

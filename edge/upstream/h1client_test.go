@@ -1,0 +1,150 @@
+package upstream
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestH1ClientTimeout: an origin that never answers costs the pool's Timeout, reported
+// as ErrTimeout (the edge's 504), not a hang and not a 502.
+func TestH1ClientTimeout(t *testing.T) {
+	release := make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	t.Cleanup(o.Close)
+	t.Cleanup(func() { close(release) })
+	errc := make(chan error, 1)
+	p := newPool(t, Config{Timeout: 150 * time.Millisecond, Targets: []Target{tgt(t, o.URL, 1)},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { errc <- err; w.WriteHeader(504) }})
+	url := front(t, p)
+	start := time.Now()
+	_, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil))
+	if d := time.Since(start); code != 504 || d < 150*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("status %d after %v, want 504 after the 150ms timeout", code, d)
+	}
+	if err := <-errc; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("error %v, want ErrTimeout", err)
+	}
+}
+
+// TestH1ClientClientGone: a client that goes away mid-response ends the exchange
+// with the origin at once (its request context ends), as net/http's Transport does,
+// rather than when the origin writes again.
+func TestH1ClientClientGone(t *testing.T) {
+	originDone := make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the edge closed the connection
+		close(originDone)
+	}))
+	t.Cleanup(o.Close)
+	url := front(t, newPool(t, Config{Targets: []Target{tgt(t, o.URL, 1)}}))
+	req := mustReq(t, "GET", url+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "data: first\n" {
+		t.Fatalf("first event %q, %v: the stream was not flushed", line, err)
+	}
+	resp.Body.Close() // the client goes away
+	select {
+	case <-originDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the origin's request did not end after the client went away")
+	}
+}
+
+// TestH1ClientStaleConnection: an origin that closes a keep-alive connection after
+// each answer (without saying so) does not fail the next request: it is sent again
+// on a new connection, as net/http's Transport does.
+func TestH1ClientStaleConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}()
+		}
+	}()
+	url := front(t, newPool(t, Config{Targets: []Target{tgt(t, "http://"+ln.Addr().String(), 1)}}))
+	for i := range 20 {
+		if _, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 {
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	if n := conns.Load(); n < 20 {
+		t.Fatalf("%d connections for 20 requests: the origin's closes were not seen", n)
+	}
+}
+
+// TestH1ClientCapShared: MaxConnections holds across both legs of h1Client: requests
+// it carries itself and requests with streamed bodies it gives net/http's Transport
+// never have more than the cap open to the target at once.
+func TestH1ClientCapShared(t *testing.T) {
+	// Requests are counted inside the handler: the count drops before the answer
+	// leaves (it is buffered), so a connection freed by an answer cannot overlap the
+	// next one in the count. Each request has a connection of its own to the target.
+	var (
+		mu         sync.Mutex
+		open, peak int
+	)
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		open++
+		peak = max(peak, open)
+		mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(5 * time.Millisecond) // a slow answer, so that requests overlap
+		io.WriteString(w, "ok")
+		mu.Lock()
+		open--
+		mu.Unlock()
+	}))
+	o.Start()
+	t.Cleanup(o.Close)
+	url := front(t, newPool(t, Config{MaxConnections: 2, Targets: []Target{tgt(t, o.URL, 1)}}))
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Go(func() {
+			var body io.Reader
+			if i%2 == 1 {
+				body = io.MultiReader(strings.NewReader("streamed body")) // unknown length: the fallback
+			}
+			if _, code := get(t, http.DefaultClient, mustReq(t, "POST", url+"/", body)); code != 200 {
+				t.Errorf("status %d", code)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if p := peak; p > 2 {
+		t.Errorf("%d connections open at once to the target, want at most 2", p)
+	}
+}
