@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +101,15 @@ var (
 	certCacheOnce sync.Once
 	certCacheDir  string
 )
+
+// TestMain removes the certificate cache once every test has run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if certCacheDir != "" {
+		os.RemoveAll(certCacheDir)
+	}
+	os.Exit(code)
+}
 
 // certCache is one development-certificate cache for the whole test binary, so the
 // certificate is generated once.
