@@ -49,7 +49,7 @@ var rules = []rule{
 	{pkg: "edge", imports: []string{"headers", "limiter", "limiter/redisstore", "quicconn", "certs", "certs/acme",
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
-		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect",
+		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect", "edge/tunnel",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -99,6 +99,9 @@ var rules = []rule{
 	// HTTP/2) in net/http's HTTP/2 server, set before that server's init reads it. Std
 	// only, and nothing in it may import net/http.
 	{pkg: "edge/xconnect"},
+	// The WebSocket tunnel of an extended CONNECT (std only), apart from xconnect so
+	// that xconnect stays free of net/http.
+	{pkg: "edge/tunnel"},
 	// DESIGN's bench row, split in three: the load generator, the scenarios that drive
 	// it, and their charts. None of them imports edge or limiter.
 	{pkg: "bench", imports: []string{"headers"}, external: []string{
