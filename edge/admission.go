@@ -13,6 +13,7 @@ import (
 	"github.com/h3edge/h3edge/edge/admission"
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/h2guard"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/quicconn"
@@ -36,7 +37,7 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	if st != http.StateClosed && st != http.StateHijacked {
 		return
 	}
-	if g, ok := c.(*h2HeaderGuard); ok {
+	if g, ok := c.(*h2guard.Conn); ok {
 		c = g.Conn
 	}
 	if tc, ok := c.(*tls.Conn); ok {
@@ -66,17 +67,21 @@ func (s *Server) admitH3Stream(addr netip.Addr) bool {
 	return false
 }
 
-// unsentLimited caps each accepted TCP connection's unsent kernel data
-// (limitUnsent) before the connection reaches TLS and the HTTP server. It wraps the
-// listener only: the connection itself goes on unwrapped.
-type unsentLimited struct{ net.Listener }
-
-func (l unsentLimited) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		limitUnsent(c)
+// chargeAbuse charges a source whose connection was ended for abuse (h2guard's
+// Report) with charge rejections toward a ban (fewer when the ban comes first), and
+// logs it (sampled).
+func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
+	now := time.Now()
+	banned := false
+	for range charge {
+		if banned = s.box.Reject(addr, now); banned {
+			break
+		}
 	}
-	return c, err
+	if ok, suppressed := s.rejectLog.allow(now); ok {
+		s.log.Warn("connection closed for abuse", "source", addr.String(), "reason", reason,
+			"charge", charge, "banned", banned, "suppressed", suppressed)
+	}
 }
 
 // streamBudget refuses requests over their source's stream budget before anything

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +28,7 @@ import (
 // Regression tests of the attacks h3bench attack runs (bench/attack), each against a
 // real edge on loopback, asserting what the defence does: the connection ended, the
 // source charged or banned, the slow client cut off. None passes on the edge before
-// the defences (h2abuse.go, limits.go, admitH3Stream).
+// the defences (edge/h2guard, edge/slowbody, admitH3Stream).
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 
@@ -398,35 +397,5 @@ func TestH3StalledStreamsCharged(t *testing.T) {
 	}
 	if !e.box.Banned(loopback) {
 		t.Error("the source is not banned")
-	}
-}
-
-// BenchmarkH2GuardFollow: what the frame guard costs a legitimate connection per
-// request (HEADERS with END_STREAM, a WINDOW_UPDATE, a DATA frame), abuse checks on.
-func BenchmarkH2GuardFollow(b *testing.B) {
-	frame := func(typ, flags byte, id uint32, payload []byte) []byte {
-		n := len(payload)
-		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}, payload...)
-	}
-	buf := frame(h2FrameHeaders, h2FlagEndHeaders|h2FlagEndStream, 1, make([]byte, 20))
-	buf = append(buf, frame(h2FrameWindowUpdate, 0, 0, []byte{0, 0, 0x40, 0})...)
-	buf = append(buf, frame(h2FrameData, 0, 0, make([]byte, 64))...)
-	for _, on := range []bool{false, true} {
-		b.Run(fmt.Sprintf("abuse=%v", on), func(b *testing.B) {
-			g := &h2HeaderGuard{}
-			if on {
-				g.abuse.report = func(netip.Addr, int, string) {}
-				g.abuse.maxUnseen = 500
-				g.abuse.seen.Store(1 << 40) // the chain keeps up
-			}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				binary.BigEndian.PutUint32(buf[5:9], uint32(2*i+1)&0x7fffffff) // a new stream each time
-				g.follow(buf)
-			}
-			if g.abuse.abused != "" {
-				b.Fatalf("a legitimate stream judged abusive: %s", g.abuse.abused)
-			}
-		})
 	}
 }

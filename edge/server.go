@@ -28,6 +28,7 @@ import (
 	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/h2guard"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/plainhttp"
@@ -51,7 +52,7 @@ const (
 	// counted 431 problem document for sections in between.
 	parseMaxHeaderBytes = 256 << 10
 	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
-	// this long after it began is ended, on every protocol (headertimeout.go).
+	// this long after it began is ended, on every protocol (package h2guard on HTTP/2).
 	readHeaderTimeout = 10 * time.Second
 	// idleTimeout closes idle TCP and QUIC connections.
 	idleTimeout = 120 * time.Second
@@ -374,7 +375,7 @@ func (s *Server) Serve() error {
 		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
 	h12 := &http.Server{
-		Handler:           h2Completions(s.handler),
+		Handler:           h2guard.Completions(s.handler),
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
@@ -385,9 +386,11 @@ func (s *Server) Serve() error {
 			// h2spec case (4.2/3).
 			MaxReadFrameSize: 16384,
 		},
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ConnState:   s.connState,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return withH2Guard(s.connContext(ctx), c) },
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState: s.connState,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return h2guard.ConnContext(s.connContext(ctx), c)
+		},
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -430,10 +433,14 @@ func (s *Server) Serve() error {
 	errc := make(chan error, 2)
 	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
 	go func() {
-		ln := tls.NewListener(unsentLimited{s.tcp.Listener(tcpLn)}, h12.TLSConfig)
-		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(),
-			report: s.chargeAbuse, writeTimeout: s.writeTimeout,
-			maxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection)})
+		ln := tls.NewListener(h2guard.UnsentLimited(s.tcp.Listener(tcpLn)), h12.TLSConfig)
+		errc <- h12.Serve(h2guard.NewListener(ln, h2guard.Config{
+			HeaderTimeout: s.headerTimeout(),
+			WriteTimeout:  s.writeTimeout,
+			// A handler not yet started is one of the streams a client may have open.
+			MaxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection),
+			Report:    s.chargeAbuse,
+		}))
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
