@@ -37,13 +37,18 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	if st != http.StateClosed && st != http.StateHijacked {
 		return
 	}
+	s.tcp.Release(rawConn(c))
+}
+
+// rawConn returns the TCP connection under c, as the listener accepted it.
+func rawConn(c net.Conn) net.Conn {
 	if g, ok := c.(*h2guard.Conn); ok {
 		c = g.Conn
 	}
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
-	s.tcp.Release(c)
+	return c
 }
 
 // admitH3Stream charges a new HTTP/3 request stream from addr to the source's stream
@@ -89,6 +94,9 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
 func (s *Server) streamBudget(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
+		if r.ProtoMajor < 3 {
+			s.tcp.Served(r.Context()) // past the header phase: no longer pending
+		}
 		peer := identity.PeerAddr(r)
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is

@@ -203,6 +203,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
+	s.tcp.SetCaps(admission.Caps(cfg.Limits))
 	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = metrics.NewRegistry()
 	s.top = admin.NewTop()
@@ -389,7 +390,7 @@ func (s *Server) Serve() error {
 		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState: s.connState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return h2guard.ConnContext(s.connContext(ctx), c)
+			return h2guard.ConnContext(s.tcp.ConnContext(s.connContext(ctx), rawConn(c)), c)
 		},
 	}
 	s.mu.Lock()
