@@ -399,3 +399,50 @@ func TestH3StalledStreamsCharged(t *testing.T) {
 		t.Error("the source is not banned")
 	}
 }
+
+// TestPendingCap: over limits.max_pending_connections the connection pending longest
+// (here: TLS done, no request yet) is shed for a new one, and a connection whose
+// request has reached the chain is no longer pending, so it is never the one shed —
+// the wiring of admission's caps through ConnContext and the stream budget.
+func TestPendingCap(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, func(c *config.Config) { c.Limits.MaxPendingConnections = 2 })
+	tc := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+	dial := func() *tls.Conn {
+		t.Helper()
+		c, err := tls.Dial("tcp", e.Addr().String(), tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// get sends a request on c and reads its response.
+	get := func(c *tls.Conn) error {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	served := dial()
+	if err := get(served); err != nil {
+		t.Fatal(err)
+	}
+	idle := dial() // pending: TLS done, no request
+	for range 3 {  // each new one pending; past 2, the oldest pending is shed
+		dial()
+	}
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read a byte on a connection that sent no request")
+	} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		t.Fatal("the pending connection longest waiting was not shed")
+	}
+	if err := get(served); err != nil {
+		t.Fatalf("a connection past its first request was shed: %v", err)
+	}
+}
