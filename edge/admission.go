@@ -103,7 +103,7 @@ func (s *Server) streamBudget(next step) step {
 		// refused here without a policy or a computed field.
 		trusted := s.rules.Load().Trusted
 		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
-		// HTTP/3 streams were charged when h3Serve accepted them (admitH3Stream).
+		// HTTP/3 streams were charged when package h3serve accepted them (admitH3Stream).
 		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
 			next(w, r, now)
 			return

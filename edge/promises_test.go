@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -400,45 +399,4 @@ func TestNegativeContentLengthHTTP1(t *testing.T) {
 	if n := counterValue(t, e.Server, "h3edge_requests_total", "proto", "h1", "code", "400") - before; n != 0 {
 		t.Errorf("a handler ran: requests_total{h1,400} grew by %v", n)
 	}
-}
-
-// TestH3ConnGrowsStacksWhileServing: a request stream's goroutine grows its stack up
-// front only while its connection has finished as many requests as it has open, so a
-// connection that opens streams and never finishes them holds small goroutines.
-func TestH3ConnGrowsStacksWhileServing(t *testing.T) {
-	h := &h3Serve{}
-	c := &h3Conn{}
-	var grows []bool
-	step := func(open, finish int) {
-		for range open {
-			ok, grow := c.start(h)
-			if !ok {
-				t.Fatal("refused before shutdown")
-			}
-			grows = append(grows, grow)
-		}
-		for range finish {
-			c.end()
-		}
-	}
-	step(3, 0) // a new connection: nothing served yet
-	step(0, 3)
-	step(4, 0) // 3 served: the first 3 open at once grow, a fourth does not
-	want := []bool{false, false, false, true, true, true, false}
-	if !slices.Equal(grows, want) {
-		t.Errorf("grow per stream %v, want %v", grows, want)
-	}
-	h.stopped.Store(true)
-	if ok, _ := c.start(h); ok {
-		t.Error("a stream started after shutdown")
-	}
-	select {
-	case <-c.waitIdle():
-		t.Error("idle with a stream open")
-	default:
-	}
-	for range 4 {
-		c.end()
-	}
-	<-c.waitIdle()
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/h2guard"
+	"github.com/h3edge/h3edge/edge/h3serve"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/plainhttp"
@@ -136,7 +137,7 @@ type Server struct {
 	admin    *admin.Server // nil when admin is off
 	quicTr   *quic.Transport
 	quicLn   *quic.EarlyListener
-	h3s      *h3Serve // serves HTTP/3's connections (h3serve.go)
+	h3s      *h3serve.Server // serves HTTP/3's connections (package h3serve)
 	h12      *http.Server
 	shutdown bool
 
@@ -417,7 +418,8 @@ func (s *Server) Serve() error {
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
-	h3s := newH3Serve(h3, s.headerTimeout(), s.log, s.admitH3Stream)
+	h3s := h3serve.New(h3, h3serve.Config{HeaderTimeout: s.headerTimeout(), Admit: s.admitH3Stream,
+		Grow: growStack, Linger: shutdownLinger, Log: s.log})
 	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
@@ -432,7 +434,7 @@ func (s *Server) Serve() error {
 	s.servePlain()
 	s.startACME()
 	errc := make(chan error, 2)
-	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
+	go func() { errc <- h3s.Serve(s.guard.Listener(ln)) }()
 	go func() {
 		ln := tls.NewListener(h2guard.UnsentLimited(s.tcp.Listener(tcpLn)), h12.TLSConfig)
 		errc <- h12.Serve(h2guard.NewListener(ln, h2guard.Config{
@@ -456,7 +458,7 @@ func (s *Server) Serve() error {
 }
 
 // Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and refuses new streams
-// on HTTP/3 (no GOAWAY there: see h3Serve), and waits for in-flight requests until ctx
+// on HTTP/3 (no GOAWAY there: see package h3serve), and waits for in-flight requests until ctx
 // ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
@@ -469,9 +471,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var err3, err12 error
 	h12done := make(chan struct{})
-	wg.Go(func() { err3 = h3.shutdown(ctx) })
+	wg.Go(func() { err3 = h3.Shutdown(ctx) })
 	wg.Go(func() { err12 = h12.Shutdown(ctx); close(h12done) })
-	// HTTP/3 closes each connection itself once its requests are done (h3Serve.drain).
+	// HTTP/3 closes each connection itself once its requests are done (h3serve.Server.Shutdown).
 	// net/http's HTTP/2 now and then keeps waiting on an idle connection until the
 	// timeout (2 of 80 shutdowns under load here): once no request has been in flight
 	// for a moment, there is nothing left to wait for, so close what remains.
@@ -522,7 +524,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	var errs []error
 	if h3 != nil {
-		h3.close()
+		h3.Close()
 		errs = append(errs, h12.Close())
 	}
 	errs = append(errs, adm.Close(), s.closeSockets())
