@@ -13,6 +13,7 @@ import (
 	"github.com/h3edge/h3edge/edge/admission"
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/h2guard"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/quicconn"
@@ -36,13 +37,18 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	if st != http.StateClosed && st != http.StateHijacked {
 		return
 	}
-	if g, ok := c.(*h2HeaderGuard); ok {
+	s.tcp.Release(rawConn(c))
+}
+
+// rawConn returns the TCP connection under c, as the listener accepted it.
+func rawConn(c net.Conn) net.Conn {
+	if g, ok := c.(*h2guard.Conn); ok {
 		c = g.Conn
 	}
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
-	s.tcp.Release(c)
+	return c
 }
 
 // admitH3Stream charges a new HTTP/3 request stream from addr to the source's stream
@@ -66,17 +72,21 @@ func (s *Server) admitH3Stream(addr netip.Addr) bool {
 	return false
 }
 
-// unsentLimited caps each accepted TCP connection's unsent kernel data
-// (limitUnsent) before the connection reaches TLS and the HTTP server. It wraps the
-// listener only: the connection itself goes on unwrapped.
-type unsentLimited struct{ net.Listener }
-
-func (l unsentLimited) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		limitUnsent(c)
+// chargeAbuse charges a source whose connection was ended for abuse (h2guard's
+// Report) with charge rejections toward a ban (fewer when the ban comes first), and
+// logs it (sampled).
+func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
+	now := time.Now()
+	banned := false
+	for range charge {
+		if banned = s.box.Reject(addr, now); banned {
+			break
+		}
 	}
-	return c, err
+	if ok, suppressed := s.rejectLog.allow(now); ok {
+		s.log.Warn("connection closed for abuse", "source", addr.String(), "reason", reason,
+			"charge", charge, "banned", banned, "suppressed", suppressed)
+	}
 }
 
 // streamBudget refuses requests over their source's stream budget before anything
@@ -84,13 +94,16 @@ func (l unsentLimited) Accept() (net.Conn, error) {
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
 func (s *Server) streamBudget(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
+		if r.ProtoMajor < 3 {
+			s.tcp.Served(r.Context()) // past the header phase: no longer pending
+		}
 		peer := identity.PeerAddr(r)
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
 		// refused here without a policy or a computed field.
 		trusted := s.rules.Load().Trusted
 		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
-		// HTTP/3 streams were charged when h3Serve accepted them (admitH3Stream).
+		// HTTP/3 streams were charged when package h3serve accepted them (admitH3Stream).
 		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
 			next(w, r, now)
 			return

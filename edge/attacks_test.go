@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +28,7 @@ import (
 // Regression tests of the attacks h3bench attack runs (bench/attack), each against a
 // real edge on loopback, asserting what the defence does: the connection ended, the
 // source charged or banned, the slow client cut off. None passes on the edge before
-// the defences (h2abuse.go, limits.go, admitH3Stream).
+// the defences (edge/h2guard, edge/slowbody, admitH3Stream).
 
 var loopback = netip.MustParseAddr("127.0.0.1")
 
@@ -401,32 +400,49 @@ func TestH3StalledStreamsCharged(t *testing.T) {
 	}
 }
 
-// BenchmarkH2GuardFollow: what the frame guard costs a legitimate connection per
-// request (HEADERS with END_STREAM, a WINDOW_UPDATE, a DATA frame), abuse checks on.
-func BenchmarkH2GuardFollow(b *testing.B) {
-	frame := func(typ, flags byte, id uint32, payload []byte) []byte {
-		n := len(payload)
-		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, byte(id >> 24), byte(id >> 16), byte(id >> 8), byte(id)}, payload...)
+// TestPendingCap: over limits.max_pending_connections the connection pending longest
+// (here: TLS done, no request yet) is shed for a new one, and a connection whose
+// request has reached the chain is no longer pending, so it is never the one shed —
+// the wiring of admission's caps through ConnContext and the stream budget.
+func TestPendingCap(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, func(c *config.Config) { c.Limits.MaxPendingConnections = 2 })
+	tc := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+	dial := func() *tls.Conn {
+		t.Helper()
+		c, err := tls.Dial("tcp", e.Addr().String(), tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	buf := frame(h2FrameHeaders, h2FlagEndHeaders|h2FlagEndStream, 1, make([]byte, 20))
-	buf = append(buf, frame(h2FrameWindowUpdate, 0, 0, []byte{0, 0, 0x40, 0})...)
-	buf = append(buf, frame(h2FrameData, 0, 0, make([]byte, 64))...)
-	for _, on := range []bool{false, true} {
-		b.Run(fmt.Sprintf("abuse=%v", on), func(b *testing.B) {
-			g := &h2HeaderGuard{}
-			if on {
-				g.abuse.report = func(netip.Addr, int, string) {}
-				g.abuse.maxUnseen = 500
-				g.abuse.seen.Store(1 << 40) // the chain keeps up
-			}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				binary.BigEndian.PutUint32(buf[5:9], uint32(2*i+1)&0x7fffffff) // a new stream each time
-				g.follow(buf)
-			}
-			if g.abuse.abused != "" {
-				b.Fatalf("a legitimate stream judged abusive: %s", g.abuse.abused)
-			}
-		})
+	// get sends a request on c and reads its response.
+	get := func(c *tls.Conn) error {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	served := dial()
+	if err := get(served); err != nil {
+		t.Fatal(err)
+	}
+	idle := dial() // pending: TLS done, no request
+	for range 3 {  // each new one pending; past 2, the oldest pending is shed
+		dial()
+	}
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read a byte on a connection that sent no request")
+	} else if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		t.Fatal("the pending connection longest waiting was not shed")
+	}
+	if err := get(served); err != nil {
+		t.Fatalf("a connection past its first request was shed: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
+	"github.com/h3edge/h3edge/edge/h3serve"
 )
 
 // chain composes the middleware every request passes through, on all three protocols.
@@ -38,10 +39,10 @@ func (s *Server) track(next http.Handler) http.Handler {
 		s.inflight.Add(1)
 		defer s.inflight.Add(-1)
 		if r.ProtoMajor >= 2 {
-			growStack() // on HTTP/3 mostly grown already (h3Serve): then it finds room
+			growStack() // on HTTP/3 mostly grown already (package h3serve): then it finds room
 		}
 		if r.ProtoMajor == 3 {
-			liftReadDeadline(w)
+			h3serve.LiftReadDeadline(w)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -114,7 +115,7 @@ const growStackBytes = 16 << 10
 // per HTTP/3 request (golang/go#18138). Measured with gtlsclient against HTTP/3, one
 // connection: +9% requests/s; HTTP/2 (h2load): +2%. HTTP/1.1 serves a connection's
 // requests on one goroutine whose stack has grown already, so it skips this. HTTP/3
-// calls it where its request goroutine starts (h3Serve), before quic-go parses the
+// calls it where its request goroutine starts (package h3serve, through its Config.Grow), before quic-go parses the
 // request: with Go 1.27 that parsing grew the stack too (+8.8% requests/s).
 //
 //go:noinline

@@ -17,9 +17,14 @@ func (s *Server) listenPlain() error {
 		return nil
 	}
 	c := plainhttp.Config{
-		HTTPSPort:      func() int { return s.Addr().Port },
-		Admit:          s.tcp.Listener, // the same per-source budget and ban list as the public port's
-		ConnState:      s.connState,    // gives the source's connection slot back
+		HTTPSPort: func() int { return s.Addr().Port },
+		Admit:     s.tcp.Listener, // the same per-source budget and ban list as the public port's
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateActive { // a request has begun: no longer pending
+				s.tcp.ServedConn(c)
+			}
+			s.connState(c, st) // gives the source's connection slot back
+		},
 		HeaderTimeout:  s.headerTimeout(),
 		IdleTimeout:    idleTimeout,
 		MaxHeaderBytes: maxHeaderBytes,

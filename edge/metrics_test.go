@@ -125,6 +125,7 @@ func zeroSeries() map[string]float64 {
 			z[fmt.Sprintf(`h3edge_refused_connections_total{proto=%q,reason=%q}`, proto, r)] = 0
 		}
 	}
+	z[`h3edge_refused_connections_total{proto="tcp",reason="capped"}`] = 0
 	for _, proto := range []string{"h1", "h2", "h3"} {
 		z[fmt.Sprintf(`h3edge_refused_streams_total{proto=%q,reason="rate"}`, proto)] = 0
 		z[fmt.Sprintf(`h3edge_request_duration_seconds_count{proto=%q}`, proto)] = 0

@@ -138,6 +138,7 @@ func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 		al.Close()
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
+	s.tcp.SetCaps(admission.Caps(cfg.Limits))
 	s.cfg.Store(cfg)
 	s.certs.Store(cs)
 	s.rules.Store(rs)

@@ -112,6 +112,7 @@ var reloadableFields = []string{
 	"policies[].on_store_failure", "policies[].mode", "policies[].max_delay", "policies[].lease",
 	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
 	"limits.body_read_timeout", "limits.write_timeout", // read per request and per write
+	"limits.max_connections", "limits.max_pending_connections", // SetCaps: new connections
 	"legacy_headers",
 	"policies[].match.route", "upstreams", "routes[].name", "routes[].match.host",
 	"routes[].match.path_prefix", "routes[].match.methods", "routes[].match.headers",

@@ -28,6 +28,8 @@ import (
 	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/h2guard"
+	"github.com/h3edge/h3edge/edge/h3serve"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/plainhttp"
@@ -52,7 +54,7 @@ const (
 	// counted 431 problem document for sections in between.
 	parseMaxHeaderBytes = 256 << 10
 	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
-	// this long after it began is ended, on every protocol (headertimeout.go).
+	// this long after it began is ended, on every protocol (package h2guard on HTTP/2).
 	readHeaderTimeout = 10 * time.Second
 	// idleTimeout closes idle TCP and QUIC connections.
 	idleTimeout = 120 * time.Second
@@ -136,7 +138,7 @@ type Server struct {
 	admin    *admin.Server // nil when admin is off
 	quicTr   *quic.Transport
 	quicLn   *quic.EarlyListener
-	h3s      *h3Serve // serves HTTP/3's connections (h3serve.go)
+	h3s      *h3serve.Server // serves HTTP/3's connections (package h3serve)
 	h12      *http.Server
 	shutdown bool
 
@@ -206,6 +208,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
+	s.tcp.SetCaps(admission.Caps(cfg.Limits))
 	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = metrics.NewRegistry()
 	s.top = admin.NewTop()
@@ -378,7 +381,7 @@ func (s *Server) Serve() error {
 		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
 	h12 := &http.Server{
-		Handler:           h2Completions(s.handler),
+		Handler:           h2guard.Completions(s.handler),
 		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
 		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
@@ -389,9 +392,11 @@ func (s *Server) Serve() error {
 			// h2spec case (4.2/3).
 			MaxReadFrameSize: 16384,
 		},
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ConnState:   s.connState,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return withH2Guard(s.connContext(ctx), c) },
+		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState: s.connState,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return h2guard.ConnContext(s.tcp.ConnContext(s.connContext(ctx), rawConn(c)), c)
+		},
 	}
 	s.mu.Lock()
 	if s.shutdown {
@@ -417,7 +422,8 @@ func (s *Server) Serve() error {
 		Logger:         s.log,
 		ConnContext:    func(ctx context.Context, _ *quic.Conn) context.Context { return s.connContext(ctx) },
 	}
-	h3s := newH3Serve(h3, s.headerTimeout(), s.log, s.admitH3Stream)
+	h3s := h3serve.New(h3, h3serve.Config{HeaderTimeout: s.headerTimeout(), Admit: s.admitH3Stream,
+		Grow: growStack, Linger: shutdownLinger, Log: s.log})
 	s.h3s, s.h12 = h3s, h12
 	s.mu.Unlock()
 
@@ -432,12 +438,16 @@ func (s *Server) Serve() error {
 	s.servePlain()
 	s.startACME()
 	errc := make(chan error, 2)
-	go func() { errc <- h3s.serve(s.guard.Listener(ln)) }()
+	go func() { errc <- h3s.Serve(s.guard.Listener(ln)) }()
 	go func() {
-		ln := tls.NewListener(unsentLimited{s.tcp.Listener(tcpLn)}, h12.TLSConfig)
-		errc <- h12.Serve(headerGuardListener{Listener: ln, timeout: s.headerTimeout(),
-			report: s.chargeAbuse, writeTimeout: s.writeTimeout,
-			maxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection)})
+		ln := tls.NewListener(h2guard.UnsentLimited(s.tcp.Listener(tcpLn)), h12.TLSConfig)
+		errc <- h12.Serve(h2guard.NewListener(ln, h2guard.Config{
+			HeaderTimeout: s.headerTimeout(),
+			WriteTimeout:  s.writeTimeout,
+			// A handler not yet started is one of the streams a client may have open.
+			MaxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection),
+			Report:    s.chargeAbuse,
+		}))
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
@@ -452,7 +462,7 @@ func (s *Server) Serve() error {
 }
 
 // Shutdown stops accepting connections, sends GOAWAY on HTTP/2 and refuses new streams
-// on HTTP/3 (no GOAWAY there: see h3Serve), and waits for in-flight requests until ctx
+// on HTTP/3 (no GOAWAY there: see package h3serve), and waits for in-flight requests until ctx
 // ends; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
@@ -465,9 +475,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var err3, err12 error
 	h12done := make(chan struct{})
-	wg.Go(func() { err3 = h3.shutdown(ctx) })
+	wg.Go(func() { err3 = h3.Shutdown(ctx) })
 	wg.Go(func() { err12 = h12.Shutdown(ctx); close(h12done) })
-	// HTTP/3 closes each connection itself once its requests are done (h3Serve.drain).
+	// HTTP/3 closes each connection itself once its requests are done (h3serve.Server.Shutdown).
 	// net/http's HTTP/2 now and then keeps waiting on an idle connection until the
 	// timeout (2 of 80 shutdowns under load here): once no request has been in flight
 	// for a moment, there is nothing left to wait for, so close what remains.
@@ -518,7 +528,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	var errs []error
 	if h3 != nil {
-		h3.close()
+		h3.Close()
 		errs = append(errs, h12.Close())
 	}
 	errs = append(errs, adm.Close(), s.closeSockets())

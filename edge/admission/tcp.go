@@ -7,6 +7,7 @@
 package admission
 
 import (
+	"container/list"
 	"errors"
 	"net"
 	"net/netip"
@@ -26,12 +27,22 @@ type TCP struct {
 	// close it and Release give the slot back.
 	conns                                  sync.Map // net.Conn → *slot
 	refusedBanned, refusedRate, refusedMax atomic.Uint64
+
+	// The global caps (caps.go): the counts and their bounds, the refusals, and the
+	// pending connections oldest first (under mu).
+	open, pending, maxOpen, maxPending atomic.Int64
+	refusedOpen, refusedPending        atomic.Uint64
+	mu                                 sync.Mutex
+	queue                              list.List // of *slot
 }
 
 // slot is an open TCP connection's place in its source's count.
 type slot struct {
-	slot *quicconn.Slot
-	addr netip.Addr
+	slot    *quicconn.Slot
+	addr    netip.Addr
+	pending atomic.Bool   // no request has reached the chain yet (Served)
+	conn    net.Conn      // as accepted, to be reset when shed
+	elem    *list.Element // in TCP.queue while pending; under TCP.mu
 }
 
 // NewTCP returns the TCP admission of guard's budgets; banned reports a source in the
@@ -86,7 +97,14 @@ func (t *TCP) admit(c net.Conn) bool {
 	// every write pushed HTTP/2's frame-writing goroutines past their initial stack (a
 	// stack copy per flush). Its slot is found again by the conn when the server
 	// reports it closed (Release).
-	t.conns.Store(c, &slot{slot: s, addr: addr})
+	sl := &slot{slot: s, addr: addr, conn: c}
+	sl.pending.Store(true)
+	if !t.enter(c, sl) {
+		s.Release()
+		reset(c)
+		return false
+	}
+	t.conns.Store(c, sl)
 	return true
 }
 
@@ -95,17 +113,18 @@ func (t *TCP) admit(c net.Conn) bool {
 // new owner is no longer an HTTP connection). Other connections are ignored.
 func (t *TCP) Release(c net.Conn) {
 	if v, ok := t.conns.LoadAndDelete(c); ok {
-		v.(*slot).slot.Release()
+		s := v.(*slot)
+		s.slot.Release()
+		t.open.Add(-1)
+		if s.pending.CompareAndSwap(true, false) {
+			t.leave(s)
+		}
 	}
 }
 
 // Open returns how many connections Accept returned are still open (not yet
 // released).
-func (t *TCP) Open() int {
-	n := 0
-	t.conns.Range(func(any, any) bool { n++; return true })
-	return n
-}
+func (t *TCP) Open() int { return int(t.open.Load()) }
 
 // Kick closes the open TCP connections of sources in p (a new ban) and returns how
 // many it closed. Bans are rare; the walk is over open connections only.
@@ -125,11 +144,14 @@ func (t *TCP) Kick(p netip.Prefix) int {
 // source was banned, over its connection budget (rate), or at its cap.
 type Refused struct {
 	Banned, Rate, MaxConns uint64
+	// Open and Pending: over limits.max_connections, max_pending_connections.
+	Open, Pending uint64
 }
 
 // Refused returns the refusals so far.
 func (t *TCP) Refused() Refused {
-	return Refused{Banned: t.refusedBanned.Load(), Rate: t.refusedRate.Load(), MaxConns: t.refusedMax.Load()}
+	return Refused{Banned: t.refusedBanned.Load(), Rate: t.refusedRate.Load(), MaxConns: t.refusedMax.Load(),
+		Open: t.refusedOpen.Load(), Pending: t.refusedPending.Load()}
 }
 
 // reset closes c with a RST (SO_LINGER 0): no FIN handshake to wait for.

@@ -298,4 +298,15 @@ type LimitsConfig struct {
 	// 60s is used; at most 10m. HTTP/3 responses are bounded by the client's
 	// flow-control window and the idle timeout instead.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxConnections caps the TCP connections (HTTP/1.1 and HTTP/2) open at once, from
+	// all sources: over it, the connection pending longest (see MaxPendingConnections)
+	// is reset, or the new one at accept when none is. If zero, it is sized from the
+	// machine at start: 4 096 per core, at most 3/4 of the file descriptor limit; -1:
+	// not capped. Top level only.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingConnections caps the TCP connections whose first request has not
+	// reached the edge yet (in their TLS handshake or header section: what slowloris
+	// holds): over it, the one pending longest is reset. If zero, 256 per core; -1:
+	// not capped. Top level only.
+	MaxPendingConnections int `yaml:"max_pending_connections"`
 }

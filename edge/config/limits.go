@@ -35,4 +35,15 @@ func (l LimitsConfig) Or(top LimitsConfig) LimitsConfig {
 func (l LimitsConfig) check(k *checker, path string) {
 	k.duration(path+".body_read_timeout", l.BodyReadTimeout, maxLimitTimeout)
 	k.duration(path+".write_timeout", l.WriteTimeout, maxLimitTimeout)
+	for _, c := range []struct {
+		key string
+		v   int
+	}{{"max_connections", l.MaxConnections}, {"max_pending_connections", l.MaxPendingConnections}} {
+		switch p := path + "." + c.key; {
+		case c.v != 0 && path != "limits":
+			k.add(p, "the cap is the whole edge's: top-level limits only")
+		case c.v < -1:
+			k.add(p, "must be a cap, 0 (sized from the machine) or -1 (not capped) (got %d)", c.v)
+		}
+	}
 }

@@ -61,10 +61,11 @@ const (
 	Rate                   // over the source's connection or stream budget
 	MaxConns               // the source holds max_connections already
 	Other                  // any other refusal
+	Capped                 // shed by limits.max_connections or max_pending_connections (TCP)
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"banned", "rate", "max_connections", "other"}
+var reasonNames = [numReasons]string{"banned", "rate", "max_connections", "other", "capped"}
 
 // String is the reason label's value.
 func (r Reason) String() string { return reasonNames[r] }

@@ -467,7 +467,7 @@ type refusedConn struct {
 // refusedConns lists the connection refusals: QUIC ones counted by ConnContext, TCP
 // ones by the edge's guarded listener. "other" appears only once it happened.
 func (m *Metrics) refusedConns() []refusedConn {
-	out := make([]refusedConn, 0, 7)
+	out := make([]refusedConn, 0, 8)
 	for r := range Other {
 		out = append(out, refusedConn{"h3", r, m.refusedH3[r].Load()})
 	}
@@ -481,5 +481,6 @@ func (m *Metrics) refusedConns() []refusedConn {
 	return append(out,
 		refusedConn{"tcp", Banned, t.Banned},
 		refusedConn{"tcp", Rate, t.Rate},
-		refusedConn{"tcp", MaxConns, t.MaxConns})
+		refusedConn{"tcp", MaxConns, t.MaxConns},
+		refusedConn{"tcp", Capped, t.Open + t.Pending})
 }

@@ -50,6 +50,7 @@ var rules = []rule{
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
 		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect", "edge/tunnel",
+		"edge/h2guard", "edge/slowbody", "edge/h3serve",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -90,6 +91,15 @@ var rules = []rule{
 	// edge's that needs only the standard library (edge converts the configuration).
 	{pkg: "edge/route"},
 	{pkg: "edge/upstream"},
+	// The HTTP/2 frame guard on the TLS connections (header and write timeouts, abuse)
+	// and the request-body progress bound: std only, the one room below edge that wraps
+	// a listener, as it must see the bytes before Go's HTTP/2 server; a source is
+	// charged through a hook, so it knows no penalty box.
+	{pkg: "edge/h2guard"},
+	{pkg: "edge/slowbody"},
+	// HTTP/3's stream accept loop over quic-go's RawServerConn, with the header read
+	// deadline and the stream budget (a hook) before HEADERS are parsed: quic-go only.
+	{pkg: "edge/h3serve", external: []string{"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3"}},
 	// http_listen's redirects and ACME HTTP-01 answers (through a hook): std only.
 	{pkg: "edge/plainhttp"},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package edge
+package h2guard
 
 import "net"
 

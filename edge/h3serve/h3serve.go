@@ -1,4 +1,8 @@
-package edge
+// Package h3serve serves HTTP/3 with its own stream accept loop over quic-go's
+// http3.RawServerConn, so that every request stream gets a header read deadline
+// before quic-go parses its HEADERS frame, and a stream budget is charged when the
+// stream is accepted. It knows nothing of the edge: the budget is Config.Admit.
+package h3serve
 
 import (
 	"context"
@@ -15,12 +19,12 @@ import (
 	"github.com/quic-go/quic-go/http3"
 )
 
-// h3Serve serves HTTP/3 with its own stream accept loop over http3.Server's
+// Server serves HTTP/3 with its own stream accept loop over http3.Server's
 // RawServerConn, where http3.Server.ServeListener would run quic-go's. The one
 // difference is the reason for it: every request stream gets a read deadline
-// (headerTimeout) before quic-go reads its HEADERS frame, so a header section still
+// (Config.HeaderTimeout) before quic-go reads its HEADERS frame, so a header section still
 // incomplete then ends the stream (H3_REQUEST_INCOMPLETE); the handler chain lifts the
-// deadline once the request is parsed (liftReadDeadline). quic-go's own loop offers no
+// deadline once the request is parsed (LiftReadDeadline). quic-go's own loop offers no
 // hook between accepting a stream and parsing it.
 //
 // The price: quic-go keeps a connection's control stream to itself, so shutdown sends
@@ -31,23 +35,17 @@ import (
 // round trips has let the last responses be acknowledged (drainLinger). A connection
 // counts as gone only when its request goroutines have returned, so Shutdown returns
 // after every HTTP/3 handler. Its methods are safe for concurrent use.
-type h3Serve struct {
-	srv     *http3.Server
-	timeout time.Duration
-	log     *slog.Logger
-	// admit charges a new request stream to its source's stream budget when it is
-	// accepted, before its HEADERS are read: a stream that never sends them (stream
-	// exhaustion) costs its source as much as a request. False: refused. Nil: all
-	// admitted.
-	admit func(addr netip.Addr) bool
+type Server struct {
+	srv *http3.Server
+	c   Config
 
-	// stopped is set by shutdown and close: new connections and streams are refused.
+	// stopped is set by Shutdown and Close: new connections and streams are refused.
 	stopped atomic.Bool
 
 	// mu guards the fields below.
 	mu    sync.Mutex
 	conns map[*h3Conn]struct{}
-	empty chan struct{} // closed when conns becomes empty; nil until shutdown waits
+	empty chan struct{} // closed when conns becomes empty; nil until Shutdown waits
 }
 
 // h3Conn is one HTTP/3 connection.
@@ -70,7 +68,7 @@ type h3Conn struct {
 // connection that opens streams and never finishes them (stream exhaustion) keeps its
 // goroutines at their small starting size (measured: 2 000 stalled streams cost 10 kB
 // each, 26 kB each with the stacks grown).
-func (c *h3Conn) start(h *h3Serve) (ok, grow bool) {
+func (c *h3Conn) start(h *Server) (ok, grow bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h.stopped.Load() {
@@ -108,13 +106,34 @@ func (c *h3Conn) waitIdle() <-chan struct{} {
 	return ch
 }
 
-func newH3Serve(srv *http3.Server, timeout time.Duration, log *slog.Logger, admit func(netip.Addr) bool) *h3Serve {
-	return &h3Serve{srv: srv, timeout: timeout, log: log, admit: admit, conns: map[*h3Conn]struct{}{}}
+// Config is what a Server needs beyond its http3.Server.
+type Config struct {
+	// HeaderTimeout is each request stream's read deadline until quic-go has parsed
+	// its header section (the handler lifts it: LiftReadDeadline).
+	HeaderTimeout time.Duration
+	// Admit charges a new request stream to its source's stream budget when it is
+	// accepted, before its HEADERS are read: a stream that never sends them (stream
+	// exhaustion) costs its source as much as a request. False: refused. Nil: all
+	// admitted.
+	Admit func(addr netip.Addr) bool
+	// Grow grows a request goroutine's stack before quic-go parses the request, on
+	// connections that finish their requests (h3Conn.start); nil: not grown.
+	Grow func()
+	// Linger is the least a draining connection stays open after its last response
+	// (drainLinger).
+	Linger time.Duration
+	// Log gets the connections that could not be served, at debug level.
+	Log *slog.Logger
 }
 
-// serve accepts connections from ln until it is closed; then it returns
+// New returns a Server of srv's handler and settings.
+func New(srv *http3.Server, c Config) *Server {
+	return &Server{srv: srv, c: c, conns: map[*h3Conn]struct{}{}}
+}
+
+// Serve accepts connections from ln until it is closed; then it returns
 // http.ErrServerClosed, as http3.Server.ServeListener does.
-func (h *h3Serve) serve(ln http3.QUICListener) error {
+func (h *Server) Serve(ln http3.QUICListener) error {
 	for {
 		conn, err := ln.Accept(context.Background())
 		if errors.Is(err, quic.ErrServerClosed) || h.stopped.Load() {
@@ -131,10 +150,10 @@ func (h *h3Serve) serve(ln http3.QUICListener) error {
 }
 
 // serveConn runs one connection's stream accept loop, as http3.Server does.
-func (h *h3Serve) serveConn(conn *quic.Conn) {
+func (h *Server) serveConn(conn *quic.Conn) {
 	raw, err := h.srv.NewRawServerConn(conn)
 	if err != nil {
-		h.log.Debug("HTTP/3 connection not served", "error", err)
+		h.c.Log.Debug("HTTP/3 connection not served", "error", err)
 		conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeInternalError), "")
 		return
 	}
@@ -160,7 +179,7 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 			<-c.waitIdle() // the connection is closed: gone once its handlers are
 			return
 		}
-		if h.admit != nil && !h.admit(peer) {
+		if h.c.Admit != nil && !h.c.Admit(peer) {
 			rejectStream(str)
 			continue
 		}
@@ -169,15 +188,15 @@ func (h *h3Serve) serveConn(conn *quic.Conn) {
 			rejectStream(str)
 			continue
 		}
-		str.SetReadDeadline(time.Now().Add(h.timeout))
+		str.SetReadDeadline(time.Now().Add(h.c.HeaderTimeout))
 		go func() {
 			defer c.end()
 			// The stack grows here, while the goroutine is empty, rather than deeper
 			// down in quic-go's request parsing (crypto/tls's ConnectionState, whose
-			// frame grew in Go 1.27) and again in the handler: track's growStack then
+			// frame grew in Go 1.27) and again in the handler: the handler's own growth then
 			// finds the room there.
-			if grow {
-				growStack()
+			if grow && h.c.Grow != nil {
+				h.c.Grow()
 			}
 			raw.HandleRequestStream(str)
 		}()
@@ -193,7 +212,7 @@ func rejectStream(str *quic.Stream) {
 }
 
 // acceptUni hands the peer's unidirectional streams (control, QPACK) to quic-go.
-func (h *h3Serve) acceptUni(c *h3Conn) {
+func (h *Server) acceptUni(c *h3Conn) {
 	for {
 		str, err := c.conn.AcceptUniStream(context.Background())
 		if err != nil {
@@ -204,7 +223,7 @@ func (h *h3Serve) acceptUni(c *h3Conn) {
 }
 
 // remove forgets a closed connection.
-func (h *h3Serve) remove(c *h3Conn) {
+func (h *Server) remove(c *h3Conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.conns, c)
@@ -217,10 +236,10 @@ func (h *h3Serve) remove(c *h3Conn) {
 	}
 }
 
-// shutdown refuses new streams, closes each connection once its request streams are
+// Shutdown refuses new streams, closes each connection once its request streams are
 // done and drainLinger has passed, and waits until every connection is gone, or ctx
 // ends (then it closes them and returns ctx's error). Close the listener first.
-func (h *h3Serve) shutdown(ctx context.Context) error {
+func (h *Server) Shutdown(ctx context.Context) error {
 	h.stopped.Store(true)
 	h.mu.Lock()
 	if h.empty == nil {
@@ -238,7 +257,7 @@ func (h *h3Serve) shutdown(ctx context.Context) error {
 	case <-empty:
 		return nil
 	case <-ctx.Done():
-		h.close()
+		h.Close()
 		return ctx.Err()
 	}
 }
@@ -246,12 +265,12 @@ func (h *h3Serve) shutdown(ctx context.Context) error {
 // drainLinger is how long a draining connection stays open after its last response:
 // the responses' last packets need about a round trip to be acknowledged, and a close
 // discards what is not.
-func drainLinger(c *quic.Conn) time.Duration {
-	return max(shutdownLinger, 4*c.ConnectionStats().SmoothedRTT)
+func (h *Server) drainLinger(c *quic.Conn) time.Duration {
+	return max(h.c.Linger, 4*c.ConnectionStats().SmoothedRTT)
 }
 
 // drain closes c once its request streams are done and drainLinger has passed.
-func (h *h3Serve) drain(ctx context.Context, c *h3Conn) {
+func (h *Server) drain(ctx context.Context, c *h3Conn) {
 	select {
 	case <-c.waitIdle():
 	case <-c.conn.Context().Done():
@@ -259,7 +278,7 @@ func (h *h3Serve) drain(ctx context.Context, c *h3Conn) {
 	case <-ctx.Done():
 		return
 	}
-	t := time.NewTimer(drainLinger(c.conn))
+	t := time.NewTimer(h.drainLinger(c.conn))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -269,8 +288,8 @@ func (h *h3Serve) drain(ctx context.Context, c *h3Conn) {
 	}
 }
 
-// close closes every connection at once, aborting the requests in flight.
-func (h *h3Serve) close() {
+// Close closes every connection at once, aborting the requests in flight.
+func (h *Server) Close() {
 	h.stopped.Store(true)
 	h.mu.Lock()
 	conns := make([]*h3Conn, 0, len(h.conns))
@@ -283,8 +302,9 @@ func (h *h3Serve) close() {
 	}
 }
 
-// liftReadDeadline removes the header read deadline h3Serve set on an HTTP/3 request's
+// LiftReadDeadline removes the header read deadline Server set on an HTTP/3 request's
 // stream, once quic-go has parsed the header section: the body may take its time.
-func liftReadDeadline(w http.ResponseWriter) {
+// The handler calls it first.
+func LiftReadDeadline(w http.ResponseWriter) {
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 }

@@ -1,4 +1,4 @@
-package edge
+package h2guard
 
 import (
 	"net"
@@ -10,7 +10,7 @@ import (
 const tcpNotSentLowat = 25
 
 // limitUnsent bounds what the kernel queues unsent on an accepted TCP connection to
-// notSentLimit: a write waits while more than that is queued. Without it a client that
+// NotSentLimit: a write waits while more than that is queued. Without it a client that
 // stops reading lets h3edge encrypt and queue megabytes for it (send buffers grow to
 // net.ipv4.tcp_wmem's maximum, 4 MiB by default) before write_timeout can see no
 // progress: 1 000 slow readers cost seconds of CPU and that much kernel memory. Data
@@ -26,6 +26,6 @@ func limitUnsent(c net.Conn) {
 		return
 	}
 	rc.Control(func(fd uintptr) {
-		syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpNotSentLowat, notSentLimit)
+		syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpNotSentLowat, NotSentLimit)
 	})
 }

@@ -1,0 +1,177 @@
+// Package h2guard watches the HTTP/2 frames a TLS connection passes to Go's HTTP/2
+// server, which hides them from handlers. It bounds what that server does not:
+//
+//   - the header read timeout on every request of a connection (Go's HTTP/2 server
+//     bounds only the first): a header section not complete within
+//     [Config.HeaderTimeout] of its HEADERS frame fails the connection's read;
+//   - the write timeout ([Config.WriteTimeout]): a connection whose writes make no
+//     progress is reset, on HTTP/1.1 as on HTTP/2;
+//   - HTTP/2 abuse (abuse.go): Rapid Reset, MadeYouReset, CONTINUATION floods, HPACK
+//     bombs, SETTINGS/PING/empty-frame floods end the connection with GOAWAY
+//     ENHANCE_YOUR_CALM and charge the source through [Config.Report].
+//
+// [NewListener] wraps a TLS listener; the HTTP server's handler goes behind
+// [Completions] and its ConnContext through [ConnContext], so that the guard knows
+// which streams the handlers saw and completed. [UnsentLimited] bounds the kernel's
+// unsent data per TCP connection, below TLS. The package knows nothing of the edge:
+// what a charge means is the Report hook's.
+package h2guard
+
+import (
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Config says what a guarded connection bounds. Its zero value only follows frames.
+type Config struct {
+	// HeaderTimeout ends a connection whose HTTP/2 header section is not complete this
+	// long after its HEADERS frame began; zero: no header timeout.
+	HeaderTimeout time.Duration
+	// WriteTimeout returns the write timeout in force, read on each write (so a
+	// reload changes it): the connection must take 16 KiB within each such timeout
+	// while writes wait, or it is reset. Nil or not positive: no write timeout.
+	WriteTimeout func() time.Duration
+	// MaxUnseen bounds the streams a connection may open that the handlers do not see
+	// (Go's server answers them itself: HPACK bombs, malformed requests), beyond a
+	// slack of 100; zero: not bounded. It needs Completions in front of the handler.
+	MaxUnseen int64
+	// Report charges the source of a connection ended for abuse with charge
+	// rejections, for reason; it is called once per connection, from the goroutine
+	// that reads it, after the GOAWAY is sent. Nil: no abuse checks.
+	Report func(addr netip.Addr, charge int, reason string)
+}
+
+// HTTP/2 frame types and flags the header timeout reads (RFC 9113 §6).
+const (
+	frameHeaders      = 0x1
+	frameContinuation = 0x9
+	flagEndHeaders    = 0x4
+	frameHeaderLen    = 9
+	prefaceLen        = 24 // "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+)
+
+// NewListener returns a listener whose TLS connections (ln yields *tls.Conn) are
+// guarded by c, as *Conn; other connections pass unwrapped.
+func NewListener(ln net.Listener, c Config) net.Listener { return listener{ln, c} }
+
+type listener struct {
+	net.Listener
+	c Config
+}
+
+func (l listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return c, nil
+	}
+	g := &Conn{Conn: tc, timeout: l.c.HeaderTimeout, skip: prefaceLen, writeTimeout: l.c.WriteTimeout}
+	g.abuse.report = l.c.Report
+	g.abuse.maxUnseen = l.c.MaxUnseen
+	return g, nil
+}
+
+// Conn is a guarded TLS connection. It follows the HTTP/2 frames read from it: from
+// the first byte of a HEADERS frame to the end of the frame that carries END_HEADERS,
+// a header section is pending, and the connection's read deadline is when it started
+// plus the header timeout; past it the read fails and the HTTP/2 server closes the
+// connection. Go's HTTP/2 server sets no read deadline of its own (it keeps its
+// timeouts in timers), so the deadline is the guard's. It costs a few comparisons per
+// frame and two deadline changes per header section; on HTTP/1.1 (ALPN not h2) it only
+// passes reads through. Its Read is called by the one goroutine that reads the
+// connection, as net.Conn's Read is.
+type Conn struct {
+	*tls.Conn
+	timeout time.Duration
+
+	state   int8 // 0: ALPN not checked yet; 1: HTTP/2; -1: not HTTP/2
+	pending bool // a header section has begun and not ended
+	armed   bool // the read deadline is set for it
+	ends    bool // the frame being skipped ends the header section
+	skip    int  // bytes left of the preface or of the current frame's payload
+	nhdr    int  // bytes of the frame header read so far
+	hdr     [frameHeaderLen]byte
+	abuse   abuse
+
+	// writeTimeout is Config.WriteTimeout; wdl is the write deadline in force and
+	// wrote what was written since it was set (write.go).
+	writeTimeout func() time.Duration
+	wdl          time.Time
+	wrote        int
+}
+
+// Read reads from the TLS connection and follows the frames it returns.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.state <= 0 {
+		if c.state < 0 {
+			return c.Conn.Read(p)
+		}
+		// Read runs after the handshake: net/http completes it first.
+		c.state = -1
+		if c.ConnectionState().NegotiatedProtocol == "h2" {
+			c.state = 1
+		}
+		if c.state < 0 {
+			return c.Conn.Read(p)
+		}
+	}
+	// A frame header cut short counts as a pending section too: nothing legitimate
+	// stops within a frame's 9 header bytes, and its type is not known yet.
+	switch pending := (c.pending || c.nhdr > 0) && c.timeout > 0; {
+	case pending && !c.armed:
+		c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+		c.armed = true
+	case !pending && c.armed:
+		c.Conn.SetReadDeadline(time.Time{})
+		c.armed = false
+	}
+	if c.abuse.closed {
+		return 0, ErrAbuse
+	}
+	n, err := c.Conn.Read(p)
+	c.follow(p[:n])
+	if c.abuse.abused != "" {
+		return 0, c.endAbuse()
+	}
+	return n, err
+}
+
+// follow advances the frame state over b, the bytes just read.
+func (c *Conn) follow(b []byte) {
+	for len(b) > 0 {
+		if c.skip > 0 {
+			k := min(c.skip, len(b))
+			if c.abuse.want > 0 {
+				c.abuse.capture(b[:k])
+			}
+			c.skip -= k
+			b = b[k:]
+			if c.skip == 0 && c.ends {
+				c.pending, c.ends = false, false
+			}
+			continue
+		}
+		k := copy(c.hdr[c.nhdr:], b)
+		c.nhdr += k
+		b = b[k:]
+		if c.nhdr < frameHeaderLen {
+			return
+		}
+		c.nhdr = 0
+		typ, flags := c.hdr[3], c.hdr[4]
+		if typ == frameHeaders {
+			c.pending = true
+		}
+		c.ends = (typ == frameHeaders || typ == frameContinuation) && flags&flagEndHeaders != 0
+		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+		c.abuse.frame(typ, flags, c.skip, uint32(c.hdr[5]&0x7f)<<24|uint32(c.hdr[6])<<16|uint32(c.hdr[7])<<8|uint32(c.hdr[8]))
+		if c.skip == 0 && c.ends {
+			c.pending, c.ends = false, false
+		}
+	}
+}
