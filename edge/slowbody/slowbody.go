@@ -32,7 +32,7 @@ func Watch(w http.ResponseWriter, r *http.Request, d time.Duration) (*http.Reque
 	if r.Body == nil || r.Body == http.NoBody || d <= 0 {
 		return r, nil
 	}
-	b := &Body{ReadCloser: r.Body, rc: http.NewResponseController(w), d: d, left: d}
+	b := &Body{ReadCloser: r.Body, w: w, d: d, left: d}
 	r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, b))
 	r.Body = b
 	return r, b
@@ -42,7 +42,7 @@ func Watch(w http.ResponseWriter, r *http.Request, d time.Duration) (*http.Reque
 // reading. Read is called by one goroutine at a time, as io.Reader's are.
 type Body struct {
 	io.ReadCloser
-	rc *http.ResponseController
+	w  http.ResponseWriter // its ResponseController is made only when a read times out
 	d  time.Duration
 
 	left  time.Duration // reading time left before the next Progress bytes are due
@@ -102,7 +102,7 @@ func (b *Body) expire() {
 		return
 	}
 	b.timedOut.Store(true)
-	b.rc.SetReadDeadline(time.Now())
+	http.NewResponseController(b.w).SetReadDeadline(time.Now())
 }
 
 // Stop ends the clock; the handler calls it before it returns. A nil Body's does
