@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -85,4 +87,59 @@ func TestGRPCThroughH2C(t *testing.T) {
 	if _, err := stream.Recv(); err == nil || status.Code(err) != codes.OK && err.Error() != "EOF" {
 		t.Errorf("end of stream: %v, want EOF", err)
 	}
+}
+
+// TestGRPCDenial: a policy's denial reaches grpc-go's own client as the status gRPC
+// clients act on — RESOURCE_EXHAUSTED, not an HTTP 429 the client reports as a
+// transport failure — with the RateLimit fields and Retry-After among the metadata,
+// while the calls the policy admits reach the upstream.
+func TestGRPCDenial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("api", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+
+	e := startEdge(t, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
+		c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc"}}
+		c.Policies = []config.Policy{{Name: "rpc-burst", Match: config.Match{Route: "rpc"}, Quota: 2, Window: time.Minute}}
+	})
+	conn, err := grpc.NewClient(e.Addr().String(),
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	hc := healthpb.NewHealthClient(conn)
+	for i := range 2 {
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "api"}); err != nil {
+			t.Fatalf("call %d of a quota of 2: %v", i+1, err)
+		}
+	}
+	var header, trailer metadata.MD
+	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "api"}, grpc.Header(&header), grpc.Trailer(&trailer))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("third call: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	// A Trailers-Only response: grpc-go hands its fields over as header or trailer
+	// metadata depending on its version; the fields must be in one of them.
+	md := metadata.Join(header, trailer)
+	for _, f := range []string{"ratelimit", "ratelimit-policy", "retry-after"} {
+		if len(md.Get(f)) == 0 {
+			t.Errorf("the denial's metadata has no %s: %v", f, md)
+		}
+	}
+	if got := md.Get("ratelimit-policy"); len(got) > 0 && !strings.Contains(got[0], `"rpc-burst"`) {
+		t.Errorf("RateLimit-Policy %q does not name the policy", got)
+	}
+	t.Logf("denial: %v; metadata %v", err, md)
 }

@@ -42,8 +42,8 @@ func Watch(w http.ResponseWriter, r *http.Request, d time.Duration) (*http.Reque
 // reading. Read is called by one goroutine at a time, as io.Reader's are.
 type Body struct {
 	io.ReadCloser
-	w  http.ResponseWriter // its ResponseController is made only when a read times out
-	d  time.Duration
+	w http.ResponseWriter // its ResponseController is made only when a read times out
+	d time.Duration
 
 	left  time.Duration // reading time left before the next Progress bytes are due
 	got   int           // bytes read since the last progress
