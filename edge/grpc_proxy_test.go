@@ -21,10 +21,11 @@ import (
 	"github.com/h3edge/h3edge/edge/config"
 )
 
-// TestGRPCThroughH2C: grpc-go's client calls through h3edge (HTTP/2 over TLS) to a
-// grpc-go server behind an h2c:// target: a unary call, one whose error status travels
-// in the trailers, and a bidirectional stream whose messages interleave.
-func TestGRPCThroughH2C(t *testing.T) {
+// grpcThroughEdge starts a grpc-go server (health, with service "api" serving, and
+// reflection) behind an h2c:// target of route "rpc" of an edge with policies, and
+// returns a grpc-go client of the edge over HTTP/2 with TLS, closed when the test ends.
+func grpcThroughEdge(t *testing.T, policies ...config.Policy) *grpc.ClientConn {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -40,13 +41,22 @@ func TestGRPCThroughH2C(t *testing.T) {
 	e := startEdge(t, func(c *config.Config) {
 		c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
 		c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc"}}
+		c.Policies = policies
 	})
 	conn, err := grpc.NewClient(e.Addr().String(),
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestGRPCThroughH2C: grpc-go's client calls through h3edge (HTTP/2 over TLS) to a
+// grpc-go server behind an h2c:// target: a unary call, one whose error status travels
+// in the trailers, and a bidirectional stream whose messages interleave.
+func TestGRPCThroughH2C(t *testing.T) {
+	conn := grpcThroughEdge(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -94,28 +104,7 @@ func TestGRPCThroughH2C(t *testing.T) {
 // transport failure — with the RateLimit fields and Retry-After among the metadata,
 // while the calls the policy admits reach the upstream.
 func TestGRPCDenial(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	hs := health.NewServer()
-	hs.SetServingStatus("api", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-
-	e := startEdge(t, func(c *config.Config) {
-		c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
-		c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc"}}
-		c.Policies = []config.Policy{{Name: "rpc-burst", Match: config.Match{Route: "rpc"}, Quota: 2, Window: time.Minute}}
-	})
-	conn, err := grpc.NewClient(e.Addr().String(),
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := grpcThroughEdge(t, config.Policy{Name: "rpc-burst", Match: config.Match{Route: "rpc"}, Quota: 2, Window: time.Minute})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -126,7 +115,7 @@ func TestGRPCDenial(t *testing.T) {
 		}
 	}
 	var header, trailer metadata.MD
-	_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "api"}, grpc.Header(&header), grpc.Trailer(&trailer))
+	_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "api"}, grpc.Header(&header), grpc.Trailer(&trailer))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("third call: %v, want RESOURCE_EXHAUSTED", err)
 	}
