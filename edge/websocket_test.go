@@ -291,3 +291,36 @@ func TestWebSocketCountedAndLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestWebSocketIdlePastBodyTimeout: a WebSocket over HTTP/2 or HTTP/3 is a stream, not
+// a request body: a socket idle for longer than body_read_timeout still carries the
+// next message. (The body timeout once ran before the extended CONNECT became a
+// tunnel, and ended every such socket idle for that long.)
+func TestWebSocketIdlePastBodyTimeout(t *testing.T) {
+	echo := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
+	t.Cleanup(echo.Close)
+	const d = time.Second
+	e := startEdge(t, func(c *config.Config) {
+		wsRoutes(echo.URL)(c)
+		c.Limits.BodyReadTimeout = d
+	})
+	for _, proto := range []string{"h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			ws, resp, err := wsDial(t.Context(), t, proto, e.url+"/echo")
+			if err != nil || ws == nil {
+				t.Fatalf("%v %v", resp, err)
+			}
+			defer ws.Close()
+			// Idle past the timeout: the time is what is tested.
+			timer := time.NewTimer(d + time.Second)
+			<-timer.C
+			if err := ws.Send([]byte("still there")); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ws.Recv(); err != nil || string(got) != "still there" {
+				t.Fatalf("echo after %v idle: %q %v", d+time.Second, got, err)
+			}
+		})
+	}
+}
