@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +25,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/quicconn"
 )
 
 // limitsOrigin is the upstream of the limits tests: /…/big streams 64 MiB, anything
@@ -478,5 +481,59 @@ func h2Trickle(addr string, src net.IP, n int, limit time.Duration, stop, starte
 			left--
 			report(status, time.Since(start), nil)
 		}
+	}
+}
+
+// BenchmarkChainRouted is BenchmarkChain with a route table of three routes (the
+// request matching the last), a GET and a POST whose body the origin does not read:
+// what the route step and the body timeout cost per request.
+//
+//	go test ./edge -run '^$' -bench ChainRouted -benchmem
+func BenchmarkChainRouted(b *testing.B) {
+	for _, method := range []string{"GET", "POST"} {
+		b.Run(method, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Listen = "127.0.0.1:0"
+			cfg.IP = roomyIP
+			cfg.Policies = benchPolicies
+			cfg.Upstreams = map[string]config.Upstream{"o": {Targets: []string{"http://127.0.0.1:9"}}}
+			cfg.Routes = []config.Route{
+				{Name: "a", Upstream: "o", Match: config.RouteMatch{PathPrefix: "/a/"}},
+				{Name: "b", Upstream: "o", Match: config.RouteMatch{PathPrefix: "/b/"}},
+				{Name: "rest", Upstream: "o"},
+			}
+			cfg.ApplyDefaults()
+			if err := cfg.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.guard.SetLimits(quicconn.Config{ConnRate: -1, StreamRate: -1, MaxConnections: -1,
+				MaxTracked: cfg.IP.MaxTracked}); err != nil {
+				b.Fatal(err)
+			}
+			var origin http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+			s.origin.Store(&origin)
+			h := s.handler
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := httptest.NewRequestWithContext(identity.WithMemo(context.Background()), method, "https://api.example/v1/items", nil)
+				if method == "POST" {
+					r.Body, r.ContentLength = io.NopCloser(strings.NewReader("x")), 1
+				}
+				r.RemoteAddr = "192.0.2.7:40000"
+				r.Header.Set("X-API-Key", "k-000042")
+				w := &discardWriter{h: http.Header{}}
+				for pb.Next() {
+					clear(w.h)
+					h.ServeHTTP(w, r)
+					if w.code != 200 {
+						b.Fatalf("status %d", w.code)
+					}
+				}
+			})
+		})
 	}
 }

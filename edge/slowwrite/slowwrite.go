@@ -5,13 +5,14 @@
 // fails and the server cancels the stream, on HTTP/1.1 the connection's write fails
 // and the server closes it. The clock runs only while a write waits, so a handler that
 // takes its time between writes does not count against the client. It is the per-route
-// write_timeout; the connection-wide one is package h2guard's.
+// write_timeout; the connection-wide one is package h2guard's, which also bounds what
+// this one cannot see: what the protocol server still holds when the handler returns
+// (a few KiB) and a hijacked connection's writes (a WebSocket's).
 package slowwrite
 
 import (
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -26,9 +27,8 @@ type Writer struct {
 	d     time.Duration
 	timer *time.Timer // fires expire; stopped between writes
 
-	timedOut atomic.Bool
-	mu       sync.Mutex // orders Stop with arming the timer and with expire
-	stopped  bool
+	mu      sync.Mutex // orders Stop with arming the timer and with expire
+	stopped bool
 }
 
 // Watch returns w with its writes bounded by d. The handler must call Stop before it
@@ -73,9 +73,6 @@ func (x *Writer) FlushError() error {
 // deadlines, full duplex).
 func (x *Writer) Unwrap() http.ResponseWriter { return x.ResponseWriter }
 
-// TimedOut reports whether a write waited past the timeout.
-func (x *Writer) TimedOut() bool { return x.timedOut.Load() }
-
 // arm starts the clock for one write; false once Stop was called.
 func (x *Writer) arm() bool {
 	x.mu.Lock()
@@ -99,7 +96,6 @@ func (x *Writer) expire() {
 	if x.stopped {
 		return
 	}
-	x.timedOut.Store(true)
 	http.NewResponseController(x.ResponseWriter).SetWriteDeadline(time.Now())
 }
 
