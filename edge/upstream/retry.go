@@ -52,7 +52,7 @@ func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
 			tried |= 1 << t.index
 		}
 		resp, err, reached := p.try(req, t, body)
-		if req.Context().Err() != nil || body.failed() {
+		if req.Context().Err() != nil || err != nil && body.failed() {
 			// The client went away, or its body failed (body_read_timeout): nothing
 			// to retry, and not the target's fault.
 			return resp, err
