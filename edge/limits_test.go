@@ -537,3 +537,35 @@ func BenchmarkChainRouted(b *testing.B) {
 		})
 	}
 }
+
+// TestReloadRouteLimits: a reload applies a route's new body_read_timeout to the next
+// request, and refuses a route's write_timeout longer than the top level's, naming it,
+// with the old limits kept.
+func TestReloadRouteLimits(t *testing.T) {
+	t.Parallel()
+	o := limitsOrigin(t)
+	yaml := func(limits string) string {
+		return "listen: \"127.0.0.1:0\"\nadmin: {listen: \"127.0.0.1:0\"}\nupstreams: {o: {targets: [" + o.URL + "]}}\n" +
+			"routes: [{name: up, upstream: o, limits: " + limits + "}]\n"
+	}
+	e, file := startEdgeFile(t, yaml("{body_read_timeout: 10s}"))
+	// 8 bytes over 1.6 s: within 10 s.
+	if code, took := h1SlowPost(t, e.Addr().String(), "/x", 8, 200*time.Millisecond); code != http.StatusOK {
+		t.Fatalf("before the reload: %d after %v, want 200", code, took)
+	}
+	os.WriteFile(file, []byte(yaml("{body_read_timeout: 1s}")), 0o644)
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code, took := h1SlowPost(t, e.Addr().String(), "/x", 100, 200*time.Millisecond); code != http.StatusRequestTimeout || took > 4*time.Second {
+		t.Fatalf("after the reload: %d after %v, want 408 after about 1 s", code, took)
+	}
+	os.WriteFile(file, []byte(yaml("{body_read_timeout: 10s, write_timeout: 2m}")), 0o644)
+	err := e.Reload()
+	if err == nil || !strings.Contains(err.Error(), "routes[0].limits.write_timeout") {
+		t.Fatalf("reload with a route write_timeout over the top level's: %v, want it refused by name", err)
+	}
+	if code, took := h1SlowPost(t, e.Addr().String(), "/x", 100, 200*time.Millisecond); code != http.StatusRequestTimeout || took > 4*time.Second {
+		t.Errorf("after the refused reload: %d after %v, want the 1 s in force", code, took)
+	}
+}
