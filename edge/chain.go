@@ -18,7 +18,6 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = extendedConnect(h)
 	h = tooEarly(h)
 	h = headerLimit(h)
-	h = s.bodyTimeout(h)
 	h = s.altSvc(h)
 	h = s.streamBudget(h)
 	h = s.logAccess(h)

@@ -8,19 +8,27 @@ import (
 	"github.com/h3edge/h3edge/edge/slowbody"
 )
 
-// Slow clients (limits:). A request body that makes no progress for
-// limits.body_read_timeout while the edge waits for it ends with 408 (package
-// slowbody); a write to an HTTP/1.1 or HTTP/2 connection that makes no progress for
-// limits.write_timeout closes the connection (package h2guard). Both are read from
-// the configuration in force for each request or write, so a reload applies them.
+// Slow clients (limits:, and a route's own). A request body that makes no progress
+// for body_read_timeout while the edge waits for it ends with 408 (package slowbody);
+// a write to an HTTP/1.1 or HTTP/2 connection that makes no progress for the top-level
+// write_timeout closes the connection (package h2guard), and a write of a response
+// whose route has a write_timeout of its own that does not end within it ends the
+// response (package slowwrite; routeRequest applies both per route). They are read
+// from the configuration in force for each request or write, so a reload applies them.
 
-// bodyTimeout bounds the waits for a request's body by limits.body_read_timeout.
-func (s *Server) bodyTimeout(next step) step {
-	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
-		r, b := slowbody.Watch(w, r, s.config().Limits.BodyReadTimeout)
-		defer b.Stop()
+// bodyTimeout serves r with the waits for its body bounded by d, or by the top-level
+// limits.body_read_timeout when d is 0.
+func (s *Server) bodyTimeout(w http.ResponseWriter, r *http.Request, now time.Time, next step, d time.Duration) {
+	if r.Body == nil || r.Body == http.NoBody {
 		next(w, r, now)
+		return
 	}
+	if d == 0 {
+		d = s.config().Limits.BodyReadTimeout
+	}
+	r, b := slowbody.Watch(w, r, d)
+	defer b.Stop()
+	next(w, r, now)
 }
 
 // bodyTimedOut reports whether r's body read ended at body_read_timeout.
@@ -34,7 +42,7 @@ func writeBodyTimeout(w http.ResponseWriter, r *http.Request) {
 		w.Header()["Connection"] = []string{"close"}
 	}
 	answer.Problem(w, r, http.StatusRequestTimeout, "Request Timeout",
-		"the request body made no progress for limits.body_read_timeout")
+		"the request body made no progress for body_read_timeout")
 }
 
 // writeTimeout returns limits.write_timeout in force.

@@ -52,8 +52,14 @@ func forwarded(trusted []netip.Prefix) func(*httputil.ProxyRequest) {
 
 // proxyError maps a failed upstream exchange to 504 (timeout) or 502 (anything else),
 // and logs why (sampled: a dead upstream fails every request). A client that went away
-// gets nothing: there is nobody to answer.
+// gets nothing: there is nobody to answer. A body that body_read_timeout ended gets
+// 408 first: on HTTP/1.1 the read deadline that ended it also ends the request's
+// context, yet the client is there to read the answer.
 func proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if bodyTimedOut(r) {
+		writeBodyTimeout(w, r)
+		return
+	}
 	if r.Context().Err() != nil {
 		return
 	}
@@ -68,10 +74,6 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var nh *upstream.NoHealthyError
 	if errors.As(err, &nh) {
 		writeNoHealthy(w, r, nh)
-		return
-	}
-	if bodyTimedOut(r) {
-		writeBodyTimeout(w, r)
 		return
 	}
 	var ne net.Error

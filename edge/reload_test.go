@@ -117,6 +117,8 @@ var reloadableFields = []string{
 	"policies[].match.route", "upstreams", "routes[].name", "routes[].match.host",
 	"routes[].match.path_prefix", "routes[].match.methods", "routes[].match.headers",
 	"routes[].upstream", "routes[].strip_prefix", "routes[].max_body", "routes[].max_duration",
+	"routes[].limits.body_read_timeout", "routes[].limits.write_timeout", // the routes are built anew
+	"routes[].limits.max_connections", "routes[].limits.max_pending_connections", // refused by Validate
 	"log_format",                                                // with Options.SetLogFormat; refused without
 	"access_log.path", "access_log.format", "access_log.sample", // the log is opened anew
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/route"
+	"github.com/h3edge/h3edge/edge/slowwrite"
 	"github.com/h3edge/h3edge/edge/upstream"
 )
 
@@ -89,6 +90,7 @@ func (s *Server) newRouting(cfg *config.Config, prev *routing) (*routing, error)
 			Name: r.Name, Upstream: r.Upstream, Host: r.Match.Host, PathPrefix: r.Match.PathPrefix,
 			Methods: r.Match.Methods, Headers: r.Match.Headers, StripPrefix: r.StripPrefix,
 			MaxBody: int64(r.MaxBody), MaxDuration: r.MaxDuration, Handler: p,
+			BodyReadTimeout: r.Limits.BodyReadTimeout, WriteTimeout: r.Limits.WriteTimeout,
 		})
 	}
 	rt.table = route.New(rcs)
@@ -217,26 +219,33 @@ func (s *Server) hashKey(r *http.Request) string {
 }
 
 // routeRequest chooses the request's route, for the policies (match: {route: NAME})
-// and the origin, which answers 404 to a request no route matches. Without routing
-// (the demo origin) it does nothing.
+// and the origin, which answers 404 to a request no route matches, and applies the
+// route's limits: its body_read_timeout (or the top level's) to the waits for the
+// request body and its own write_timeout, if any, to the writes of the response. Without
+// routing (the demo origin) or without a route, the top-level body_read_timeout applies.
+// It runs after extendedConnect, so the stream of a WebSocket is not a body it bounds.
 func (s *Server) routeRequest(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		rt := s.routing.Load()
-		if rt == nil {
-			next(w, r, now)
-			return
+		var m *route.Route
+		if rt != nil {
+			m = rt.table.Match(r)
 		}
-		m := rt.table.Match(r)
 		if m == nil {
 			// The policies that name no route still apply (a client probing for
 			// paths is limited like any other); the origin answers 404.
-			next(w, r, now)
+			s.bodyTimeout(w, r, now, next, 0)
 			return
 		}
 		if s.rules.Load().ByRoute {
 			r = r.WithContext(route.With(r.Context(), m))
 		} // else the origin finds the route again: cheaper than a copy of the request
-		next(w, r, now)
+		if d := m.WriteTimeout(); d > 0 {
+			sw := slowwrite.Watch(w, d)
+			defer sw.Stop()
+			w = sw
+		}
+		s.bodyTimeout(w, r, now, next, m.BodyReadTimeout())
 		if rec := metrics.RecorderOf(w); rec != nil {
 			s.metrics.CountRoute(m.Name, r.ProtoMajor, rec.Status())
 		}

@@ -3,11 +3,13 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -214,5 +216,111 @@ func TestWebSocketExtendedConnect(t *testing.T) {
 	}
 	if n := handshakes.Load(); n < 8 {
 		t.Errorf("the echo origin saw %d WebSocket handshakes, want at least 8", n)
+	}
+}
+
+// TestWebSocketCountedAndLogged: a WebSocket is a request like any other in
+// route_requests_total and the access log, with the status its client saw — 101 on
+// HTTP/1.1, 200 on HTTP/2 and HTTP/3 (the extended CONNECT's answer) — and the bytes
+// the edge sent it. (The extended CONNECT's writer once hid the metrics' recorder
+// from the route step, and the HTTP/1.1 switch was logged as 200.)
+func TestWebSocketCountedAndLogged(t *testing.T) {
+	echo := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
+	t.Cleanup(echo.Close)
+	path := filepath.Join(t.TempDir(), "access.log")
+	e := startOps(t, withAccessLog(&config.AccessLogConfig{Path: path}, wsRoutes(echo.URL)), "", nil)
+	const msg = "hello through the edge"
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		if proto == "h1" {
+			cfg, err := websocket.NewConfig("wss://"+e.Addr().String()+"/echo", "https://"+e.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.TlsConfig = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+			ws, err := websocket.DialConfig(cfg)
+			if err != nil {
+				t.Fatalf("h1: %v", err)
+			}
+			buf := make([]byte, 64)
+			if _, err := ws.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := ws.Read(buf); err != nil || string(buf[:n]) != msg {
+				t.Fatalf("h1 echo: %q %v", buf[:n], err)
+			}
+			ws.Close()
+			continue
+		}
+		ws, resp, err := wsDial(t.Context(), t, proto, e.url+"/echo")
+		if err != nil || ws == nil {
+			t.Fatalf("%s: %v %v", proto, resp, err)
+		}
+		if err := ws.Send([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ws.Recv(); err != nil || string(got) != msg {
+			t.Fatalf("%s echo: %q %v", proto, got, err)
+		}
+		ws.Close()
+	}
+	// The sockets' handlers end once the edge sees them closed.
+	for _, want := range []string{
+		`h3edge_route_requests_total{code="101",proto="h1",route="ws"} 1`,
+		`h3edge_route_requests_total{code="200",proto="h2",route="ws"} 1`,
+		`h3edge_route_requests_total{code="200",proto="h3",route="ws"} 1`,
+		`h3edge_requests_total{code="101",proto="h1"} 1`,
+	} {
+		testkit.WaitFor(t, 10*time.Second, "/metrics to show "+want, func() bool {
+			return strings.Contains(metricsText(t, e.Server), want)
+		})
+	}
+	e.Close() // every request has ended: the log is written out
+	lines := readLines(t, path)
+	if len(lines) != 3 {
+		t.Fatalf("%d lines for 3 sockets:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	wantStatus := map[string]int{"HTTP/1.1": 101, "HTTP/2.0": 200, "HTTP/3.0": 200}
+	for i, line := range lines {
+		var l accessLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, line)
+		}
+		// The echo's frame back: the message and a header of 2 to 6 bytes.
+		if l.Status != wantStatus[l.Proto] || l.Route == nil || *l.Route != "ws" || l.Bytes < int64(len(msg)) {
+			t.Errorf("line %d: %s\nwant status %d, route ws and at least %d bytes", i, line, wantStatus[l.Proto], len(msg))
+		}
+	}
+}
+
+// TestWebSocketIdlePastBodyTimeout: a WebSocket over HTTP/2 or HTTP/3 is a stream, not
+// a request body: a socket idle for longer than body_read_timeout still carries the
+// next message. (The body timeout once ran before the extended CONNECT became a
+// tunnel, and ended every such socket idle for that long.)
+func TestWebSocketIdlePastBodyTimeout(t *testing.T) {
+	echo := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
+	t.Cleanup(echo.Close)
+	const d = time.Second
+	e := startEdge(t, func(c *config.Config) {
+		wsRoutes(echo.URL)(c)
+		c.Limits.BodyReadTimeout = d
+	})
+	for _, proto := range []string{"h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			ws, resp, err := wsDial(t.Context(), t, proto, e.url+"/echo")
+			if err != nil || ws == nil {
+				t.Fatalf("%v %v", resp, err)
+			}
+			defer ws.Close()
+			// Idle past the timeout: the time is what is tested.
+			timer := time.NewTimer(d + time.Second)
+			<-timer.C
+			if err := ws.Send([]byte("still there")); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ws.Recv(); err != nil || string(got) != "still there" {
+				t.Fatalf("echo after %v idle: %q %v", d+time.Second, got, err)
+			}
+		})
 	}
 }

@@ -296,7 +296,9 @@ type LimitsConfig struct {
 	// WriteTimeout closes an HTTP/1.1 or HTTP/2 connection on which a write of the
 	// response makes no progress for this long (a client that does not read). If zero,
 	// 60s is used; at most 10m. HTTP/3 responses are bounded by the client's
-	// flow-control window and the idle timeout instead.
+	// flow-control window and the idle timeout instead. In a route's limits it bounds
+	// each write of the route's responses instead, on all three protocols: see
+	// Route.Limits.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// MaxConnections caps the TCP connections (HTTP/1.1 and HTTP/2) open at once, from
 	// all sources: over it, the connection pending longest (see MaxPendingConnections)

@@ -31,16 +31,22 @@ func (l LimitsConfig) Or(top LimitsConfig) LimitsConfig {
 	return l
 }
 
-// check adds the problems of the limits at path ("limits", or a route's).
+// check adds the problems of the limits at path ("limits", or a route's, whose zero
+// timeouts are the top level's).
 func (l LimitsConfig) check(k *checker, path string) {
-	k.duration(path+".body_read_timeout", l.BodyReadTimeout, maxLimitTimeout)
-	k.duration(path+".write_timeout", l.WriteTimeout, maxLimitTimeout)
+	top := path == "limits"
+	if top || l.BodyReadTimeout != 0 {
+		k.duration(path+".body_read_timeout", l.BodyReadTimeout, maxLimitTimeout)
+	}
+	if top || l.WriteTimeout != 0 {
+		k.duration(path+".write_timeout", l.WriteTimeout, maxLimitTimeout)
+	}
 	for _, c := range []struct {
 		key string
 		v   int
 	}{{"max_connections", l.MaxConnections}, {"max_pending_connections", l.MaxPendingConnections}} {
 		switch p := path + "." + c.key; {
-		case c.v != 0 && path != "limits":
+		case c.v != 0 && !top:
 			k.add(p, "the cap is the whole edge's: top-level limits only")
 		case c.v < -1:
 			k.add(p, "must be a cap, 0 (sized from the machine) or -1 (not capped) (got %d)", c.v)

@@ -93,6 +93,13 @@ type Route struct {
 	// MaxDuration ends a request (WebSocket, SSE and gRPC streams included) this long
 	// after it began. If zero, requests are not bounded; at most 720h.
 	MaxDuration time.Duration `yaml:"max_duration"`
+	// Limits are the route's own body_read_timeout and write_timeout; a zero one is
+	// the top level's (limits:). A route's write_timeout bounds each write of its
+	// responses on HTTP/1.1, HTTP/2 and HTTP/3 alike (the stream is reset, or the
+	// HTTP/1.1 connection closed); it is at most the top level's, which still bounds
+	// every HTTP/1.1 and HTTP/2 connection as a whole. max_connections and
+	// max_pending_connections are the whole edge's: top level only.
+	Limits LimitsConfig `yaml:"limits"`
 }
 
 // RouteMatch selects the requests of a route. Empty fields match everything.
@@ -393,6 +400,10 @@ func (c *Config) checkRoute(k *checker, i int, seen map[string]int) {
 	}
 	if r.MaxDuration != 0 {
 		k.duration(path+".max_duration", r.MaxDuration, 720*time.Hour)
+	}
+	r.Limits.check(k, path+".limits")
+	if w, top := r.Limits.WriteTimeout, c.Limits.WriteTimeout; w > top && top > 0 && w <= maxLimitTimeout {
+		k.add(path+".limits.write_timeout", "must be at most limits.write_timeout (%s), which bounds every HTTP/1.1 and HTTP/2 connection whatever its routes; raise that one or shorten this (got %s)", short(top), r.Limits.WriteTimeout)
 	}
 	for j := range i {
 		if Shadows(c.Routes[j].Match, m) {

@@ -201,7 +201,7 @@ func (m *Metrics) Instrument(next func(w http.ResponseWriter, r *http.Request, n
 		now := time.Now()
 		start := now.Sub(m.epoch)
 		rec := recorderPool.Get().(*Recorder)
-		rec.ResponseWriter, rec.code, rec.bytes, rec.refused = w, 0, 0, false
+		rec.ResponseWriter, rec.code, rec.bytes, rec.refused, rec.hijacked = w, 0, 0, false, nil
 		defer m.record(rec, ProtoOf(r.ProtoMajor), start)
 		if top := m.cfg.Top; top != nil && top.SourceSampled() {
 			top.ObserveSource(m.cfg.Source(r))

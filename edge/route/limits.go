@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // ErrBodyTooLarge is the error a request body bounded by max_body returns once it
@@ -59,6 +60,12 @@ func strip(path, prefix string) string {
 
 // MaxBody returns the route's max_body, 0 for none.
 func (rt *Route) MaxBody() int64 { return rt.maxBody }
+
+// BodyReadTimeout returns the route's own body_read_timeout, 0 for the top level's.
+func (rt *Route) BodyReadTimeout() time.Duration { return rt.bodyRead }
+
+// WriteTimeout returns the route's own write_timeout, 0 for none of its own.
+func (rt *Route) WriteTimeout() time.Duration { return rt.write }
 
 // limitedBody fails with ErrBodyTooLarge once more than left bytes are read.
 type limitedBody struct {

@@ -1,7 +1,7 @@
 // Package route is h3edge's route table (DESIGN.md §9): routes matched in order by
 // host (exact or "*." wildcard), path prefix, methods and header values, each sending
 // what it matches to a handler with its own limits (strip_prefix, max_body,
-// max_duration).
+// max_duration, and the timeouts the edge applies: body_read_timeout, write_timeout).
 package route
 
 import (
@@ -30,6 +30,8 @@ type Route struct {
 	stripPrefix string
 	maxBody     int64
 	maxDuration time.Duration
+	bodyRead    time.Duration
+	write       time.Duration
 }
 
 type header struct{ name, value string }
@@ -44,7 +46,10 @@ type Config struct {
 	StripPrefix    string
 	MaxBody        int64         // 0: no bound
 	MaxDuration    time.Duration // 0: no bound
-	Handler        http.Handler
+	// BodyReadTimeout and WriteTimeout are the route's own limits (0: the top
+	// level's). The edge applies them; Serve does not.
+	BodyReadTimeout, WriteTimeout time.Duration
+	Handler                       http.Handler
 }
 
 // Table is an ordered list of routes; the first that matches a request wins.
@@ -60,6 +65,7 @@ func New(cfgs []Config) *Table {
 			Name: c.Name, Upstream: c.Upstream, Handler: c.Handler,
 			host: strings.ToLower(c.Host), pathPrefix: c.PathPrefix, methods: c.Methods,
 			stripPrefix: c.StripPrefix, maxBody: c.MaxBody, maxDuration: c.MaxDuration,
+			bodyRead: c.BodyReadTimeout, write: c.WriteTimeout,
 		}
 		if rest, ok := strings.CutPrefix(r.host, "*"); ok {
 			r.host, r.wildcard = rest, true

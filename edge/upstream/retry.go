@@ -52,8 +52,9 @@ func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
 			tried |= 1 << t.index
 		}
 		resp, err, reached := p.try(req, t, body)
-		if req.Context().Err() != nil {
-			// The client went away: nothing to retry, and not the target's fault.
+		if req.Context().Err() != nil || err != nil && body.failed() {
+			// The client went away, or its body failed (body_read_timeout): nothing
+			// to retry, and not the target's fault.
 			return resp, err
 		}
 		retry := attempt < p.cfg.Retries && body.replayable()
@@ -137,6 +138,11 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 			err = ErrTimeout
 		}
 		reached = !isDialError(err)
+		if body.failed() {
+			// The client's body failed, not the target: a slow client must not
+			// eject the targets of the clients that are not.
+			return nil, err, reached
+		}
 		t.stats.errors.Add(1)
 		if req.Context().Err() == nil && p.failed(t, now) {
 			p.log.Warn("target ejected", "target", t.key, "reason", err.Error(), "for", p.cfg.Passive.Eject)
@@ -245,6 +251,17 @@ func (b *replayBody) replayable() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return !b.overflow && !b.reading && (b.consumed == 0 || b.eof)
+}
+
+// failed reports whether reading the client's body failed (other than at its end).
+// A nil replayBody (no body) has not.
+func (b *replayBody) failed() bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err != nil
 }
 
 // settle stops keeping the body: no later try will send it. A try reading it reads on.
