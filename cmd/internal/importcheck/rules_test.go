@@ -126,9 +126,12 @@ var rules = []rule{
 	}, tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned for the test servers
 	// The attack clients (h3bench attack): HTTP/2 frames written with x/net/http2's
 	// Framer and HPACK encoder (net/http hides frames), QUIC streams with quic-go.
-	{pkg: "bench/attack", external: []string{
+	// quic-initial-flood: hand-built Initials (bench/quicpkt) sent with a source address
+	// each through IP_PKTINFO (x/net/ipv4's batched writes).
+	{pkg: "bench/attack", imports: []string{"bench/quicpkt"}, external: []string{
 		"golang.org/x/net/http2", "golang.org/x/net/http2/hpack", "github.com/quic-go/quic-go",
-	}},
+		"golang.org/x/net/ipv4",
+	}, tests: []string{"certs"}},
 	{pkg: "bench/scenario", imports: []string{"bench", "bench/attack", "bench/chart", "bench/scenario/flood", "headers",
 		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
 		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
