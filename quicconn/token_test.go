@@ -182,3 +182,43 @@ func flip(b []byte) []byte {
 	c[len(c)/2] ^= 0x01
 	return c
 }
+
+// TestRetryWhileHandshakesPile: spoofed Initials that never complete their handshake
+// arrive below RetryAbove per second, but each one begun is a connection quic-go holds
+// (and, with ListenEarly, serves) until its handshake timeout. Once more than
+// RetryAbove ÷ 10 are unfinished, every further source is asked for a Retry. Before
+// this bound a flood that kept just under the rate — or that h3edge read more slowly
+// than it came, since the rate is counted where quic-go's server loop calls
+// VerifySourceAddress — held thousands of half-open connections (~70 KB each).
+func TestRetryWhileHandshakesPile(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Listen", true: "ListenEarly"}[early], func(t *testing.T) { testHandshakesPile(t, early) })
+	}
+}
+
+func testHandshakesPile(t *testing.T, early bool) {
+	const retryAbove = 100 // ten unfinished at once
+	srv := startServer(t, Config{ConnRate: -1, MaxConnections: -1, RetryAbove: retryAbove},
+		serverOpts{qconf: &quic.Config{HandshakeIdleTimeout: 5 * time.Second}, early: early})
+	c := newRawClient(t, "127.0.0.1")
+	var begun, retried int
+	for range 40 { // 40 in about a second: under 100 a second
+		switch ans := c.send(t, srv.addr, randomID(t), nil); {
+		case ans.retry != nil:
+			retried++
+		case ans.initial != nil && !ans.initial.Closed:
+			begun++
+		default:
+			t.Errorf("spoofed Initial answered %v", ans)
+		}
+		time.Sleep(25 * time.Millisecond) // the pace of the flood, not a synchronisation
+	}
+	t.Logf("handshakes begun %d, Retries %d, stats %+v", begun, retried, srv.g.Stats())
+	if begun > retryAbove/10+1 || retried == 0 {
+		t.Errorf("%d handshakes begun and %d Retries for 40 unanswered Initials, want at most %d begun", begun, retried, retryAbove/10+1)
+	}
+	// A real client completes its handshake through the Retry.
+	if _, err := newClient(t, "127.0.0.2").dial(t, srv.addr, dialOpts{}); err != nil {
+		t.Errorf("real client while the handshakes pile: %v", err)
+	}
+}
