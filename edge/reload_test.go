@@ -113,6 +113,7 @@ var reloadableFields = []string{
 	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
 	"limits.body_read_timeout", "limits.write_timeout", // read per request and per write
 	"limits.max_connections", "limits.max_pending_connections", // SetCaps: new connections
+	"limits.max_inflight_requests", "limits.max_goroutines", // applyOverload: new requests, the next sample
 	"legacy_headers",
 	"policies[].match.route", "upstreams", "routes[].name", "routes[].match.host",
 	"routes[].match.path_prefix", "routes[].match.methods", "routes[].match.headers",

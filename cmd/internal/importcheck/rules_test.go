@@ -51,7 +51,7 @@ var rules = []rule{
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
 		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect", "edge/tunnel",
-		"edge/h2guard", "edge/slowbody", "edge/h3serve",
+		"edge/h2guard", "edge/slowbody", "edge/h3serve", "edge/overload",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -98,6 +98,9 @@ var rules = []rule{
 	// charged through a hook, so it knows no penalty box.
 	{pkg: "edge/h2guard"},
 	{pkg: "edge/slowbody"},
+	// Overload shedding (limits.max_goroutines, the memory limit): runtime/metrics
+	// sampled on its own goroutine, one atomic flag for the listeners and the chain.
+	{pkg: "edge/overload", tests: []string{"bench/testkit"}},
 	// HTTP/3's stream accept loop over quic-go's RawServerConn, with the header read
 	// deadline and the stream budget (a hook) before HEADERS are parsed: quic-go only.
 	{pkg: "edge/h3serve", external: []string{"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3"}},
