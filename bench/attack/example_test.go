@@ -23,4 +23,5 @@ func ExampleNames() {
 	// slow-post
 	// slow-read
 	// quic-stall
+	// quic-initial-flood
 }

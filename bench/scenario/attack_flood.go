@@ -16,11 +16,14 @@ import (
 
 // floodFigures is quic-initial-flood's part of an attack report.
 type floodFigures struct {
-	Initials    int64 `json:"initials_sent"`
-	Retries     int64 `json:"retries_received"`
-	Handshakes  int64 `json:"handshakes_begun"` // spoofed sources answered with a ServerHello
-	Refused     int64 `json:"refused"`          // spoofed sources answered with a CONNECTION_CLOSE
-	KernelDrops int64 `json:"kernel_drops"`     // dropped_datagrams_total{reason="kernel"} during the flood
+	Initials int64 `json:"initials_sent"`
+	Retries  int64 `json:"retries_received"`
+	// Handshakes counts the spoofed sources answered with a ServerHello, as the attacker
+	// saw them: an undercount when h3edge answers after the attacker stopped listening
+	// (300 ms after its last Initial) or its socket overflowed.
+	Handshakes  int64 `json:"handshakes_begun"`
+	Refused     int64 `json:"refused"`      // spoofed sources answered with a CONNECTION_CLOSE
+	KernelDrops int64 `json:"kernel_drops"` // dropped_datagrams_total{reason="kernel"} during the flood
 	// Read is Initials − KernelDrops: what h3edge's socket handed it.
 	Read int64 `json:"initials_read"`
 	// CPUPerInitialUs is h3edge's CPU during the flood ÷ Read (the legitimate load's
