@@ -21,6 +21,7 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = s.bodyTimeout(h)
 	h = s.altSvc(h)
 	h = s.streamBudget(h)
+	h = s.shed(h)
 	h = s.logAccess(h)
 	return s.track(s.metrics.Instrument(h))
 }
