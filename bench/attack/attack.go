@@ -92,6 +92,8 @@ var attacks = []*Attack{
 		Summary: "QUIC connections opening every request stream they may and never sending HEADERS"},
 	{Name: "quic-initial-flood", Proto: "h3", flood: initialFlood,
 		Summary: "QUIC Initials with a real ClientHello, each from its own spoofed 127.x.y.z address, never answered"},
+	{Name: "overload", Proto: "h2", Conns: 2, conn: overloadConn,
+		Summary: "HTTP/2 connections each holding 100 requests that keep a handler busy 5 s, replaced as they end"},
 }
 
 // Names lists the attacks.

@@ -24,4 +24,5 @@ func ExampleNames() {
 	// slow-read
 	// quic-stall
 	// quic-initial-flood
+	// overload
 }
