@@ -1,7 +1,7 @@
 // Package attack holds h3bench's protocol-abuse clients: HTTP/2 Rapid Reset,
 // MadeYouReset, CONTINUATION and HPACK floods, SETTINGS/PING/empty-frame floods,
-// slowloris, slow POST, slow read, stalled QUIC streams and QUIC Initials from spoofed
-// sources. Each is written on
+// slowloris, slow POST, slow read, stalled QUIC streams, QUIC Initials from spoofed
+// sources and held requests that push the server into overload. Each is written on
 // golang.org/x/net/http2's Framer or on quic-go, sends only to the target it is given
 // (loopback in h3bench), and stops by itself: after Target.Duration, or when its
 // context ends. The scenario runner (bench/scenario's RunAttack) starts h3edge, runs
