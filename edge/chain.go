@@ -20,8 +20,7 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = headerLimit(h)
 	h = s.bodyTimeout(h)
 	h = s.altSvc(h)
-	h = s.streamBudget(h)
-	h = s.shed(h)
+	h = s.streamBudget(h) // and shedding (shed.go)
 	h = s.logAccess(h)
 	return s.track(s.metrics.Instrument(h))
 }

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -26,20 +25,20 @@ func (s *Server) applyOverload(l config.LimitsConfig) {
 	s.shedder.Set(overload.Config{MaxGoroutines: goroutines, Memory: true})
 }
 
-// shed answers 503 with Retry-After to a request over max_inflight_requests (track
-// counted it in already) or while the edge is overloaded. It costs a request two
-// atomic loads and a compare.
-func (s *Server) shed(next step) step {
-	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
-		if max := s.maxInflight.Load(); max > 0 && s.inflight.Load() > max || s.shedder.Shedding() {
-			if r.ProtoMajor < 3 {
-				s.tcp.Served(r.Context()) // it brought a request: no longer pending
-			}
-			answer.Overloaded(w, r)
-			return
-		}
-		next(w, r, now)
+// shedding reports whether a new request is to be shed: over max_inflight_requests
+// (track counted it in already) or while the edge is overloaded. Three atomic loads
+// and a compare; streamBudget asks it first, so that it costs no step of its own.
+func (s *Server) shedding() bool {
+	max := s.maxInflight.Load()
+	return max > 0 && s.inflight.Load() > max || s.shedder.Shedding()
+}
+
+// shed answers a request shedding refused: a prebuilt 503 with Retry-After.
+func (s *Server) shed(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor < 3 {
+		s.tcp.Served(r.Context()) // it brought a request: no longer pending
 	}
+	answer.Overloaded(w, r)
 }
 
 // shedConns refuses new QUIC connections while the edge is overloaded, before next
