@@ -94,6 +94,10 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.
 func (s *Server) streamBudget(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
+		if s.shedding() {
+			s.shed(w, r)
+			return
+		}
 		if r.ProtoMajor < 3 {
 			s.tcp.Served(r.Context()) // past the header phase: no longer pending
 		}

@@ -19,7 +19,7 @@ func (s *Server) chain(origin http.Handler) http.Handler {
 	h = tooEarly(h)
 	h = headerLimit(h)
 	h = s.altSvc(h)
-	h = s.streamBudget(h)
+	h = s.streamBudget(h) // and shedding (shed.go)
 	h = s.logAccess(h)
 	return s.track(s.metrics.Instrument(h))
 }

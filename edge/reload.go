@@ -139,6 +139,7 @@ func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 		return fmt.Errorf("edge: abuse: %w", err)
 	}
 	s.tcp.SetCaps(admission.Caps(cfg.Limits))
+	s.applyOverload(cfg.Limits)
 	s.cfg.Store(cfg)
 	s.certs.Store(cs)
 	s.rules.Store(rs)

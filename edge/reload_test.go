@@ -113,12 +113,14 @@ var reloadableFields = []string{
 	"abuse.rejections", "abuse.within", "abuse.ban", "abuse.max_ban",
 	"limits.body_read_timeout", "limits.write_timeout", // read per request and per write
 	"limits.max_connections", "limits.max_pending_connections", // SetCaps: new connections
+	"limits.max_inflight_requests", "limits.max_goroutines", // applyOverload: new requests, the next sample
 	"legacy_headers",
 	"policies[].match.route", "upstreams", "routes[].name", "routes[].match.host",
 	"routes[].match.path_prefix", "routes[].match.methods", "routes[].match.headers",
 	"routes[].upstream", "routes[].strip_prefix", "routes[].max_body", "routes[].max_duration",
 	"routes[].limits.body_read_timeout", "routes[].limits.write_timeout", // the routes are built anew
 	"routes[].limits.max_connections", "routes[].limits.max_pending_connections", // refused by Validate
+	"routes[].limits.max_inflight_requests", "routes[].limits.max_goroutines", // refused by Validate
 	"log_format",                                                // with Options.SetLogFormat; refused without
 	"access_log.path", "access_log.format", "access_log.sample", // the log is opened anew
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/h3edge/h3edge/edge/h3serve"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
+	"github.com/h3edge/h3edge/edge/overload"
 	"github.com/h3edge/h3edge/edge/plainhttp"
 	"github.com/h3edge/h3edge/edge/rules"
 	"github.com/h3edge/h3edge/edge/xconnect"
@@ -119,8 +120,12 @@ type Server struct {
 	access        atomic.Pointer[accesslog.Log]
 	accessDropped atomic.Uint64
 
-	// inflight counts requests being handled, on all protocols.
-	inflight atomic.Int64
+	// inflight counts requests being handled, on all protocols; over maxInflight
+	// (limits.max_inflight_requests; 0: not capped) new ones are shed, as they are
+	// while shedder says the process is overloaded (shed.go).
+	inflight    atomic.Int64
+	maxInflight atomic.Int64
+	shedder     *overload.Sampler
 	// altSvcValue is the Alt-Svc field (nil: none), set once the port is known.
 	altSvcValue atomic.Pointer[[]string]
 
@@ -209,6 +214,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
 	s.tcp.SetCaps(admission.Caps(cfg.Limits))
+	s.shedder = overload.New(overload.Config{})
+	s.applyOverload(cfg.Limits)
+	s.tcp.SetShedding(s.shedder.Shedding)
 	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = metrics.NewRegistry()
 	s.top = admin.NewTop()
@@ -405,7 +413,7 @@ func (s *Server) Serve() error {
 	}
 	s.quicTr = &quic.Transport{
 		Conn:                s.guard.WrapConn(udpConn),
-		ConnContext:         s.metrics.ConnContext(s.guard.ConnContext),
+		ConnContext:         s.metrics.ConnContext(s.shedConns(s.guard.ConnContext)),
 		VerifySourceAddress: s.guard.VerifySourceAddress,
 	}
 	ln, err := s.quicTr.ListenEarly(http3.ConfigureTLSConfig(s.tlsConfig()), qconf)
@@ -428,6 +436,7 @@ func (s *Server) Serve() error {
 	s.mu.Unlock()
 
 	go s.top.Age(s.done)
+	go s.shedder.Run(s.done)
 	go func() {
 		if err := adm.Serve(); !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin listener failed", "error", err)

@@ -34,8 +34,9 @@ type Config struct {
 
 	// RetryAbove is the rate of unvalidated handshakes per second, over the whole
 	// Guard, above which VerifySourceAddress asks every new source without a token to
-	// validate its address with a Retry. If zero, 1000 is used; if negative, the rate
-	// never triggers Retry (a source over its own budget still gets one).
+	// validate its address with a Retry; so does a tenth of it in handshakes begun and
+	// not finished at once (100 at the default). If zero, 1000 is used; if negative,
+	// neither triggers Retry (a source over its own budget still gets one).
 	RetryAbove float64
 
 	// MaxTracked bounds the per-source entries held. If zero, 1000000 is used.

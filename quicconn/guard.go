@@ -67,6 +67,10 @@ type Guard struct {
 	now   func() time.Time
 
 	handshakes window
+	// handshaking counts admitted QUIC connections whose handshake has not completed:
+	// what a spoofed source that never answers leaves behind, until quic-go's handshake
+	// timeout.
+	handshaking atomic.Int64
 
 	dropped, refusedBanned, retriesSurge, retriesSource, kicked atomic.Uint64
 
@@ -149,10 +153,31 @@ type Slot struct {
 
 	conn   atomic.Pointer[quic.Conn] // set by Track
 	kicked atomic.Bool
+	// handshaking is true from ConnContext until the handshake completes or the
+	// connection ends: the slot counts in Guard.handshaking.
+	handshaking atomic.Bool
+}
+
+// handshakeDone takes the slot out of Guard.handshaking, once.
+func (s *Slot) handshakeDone() {
+	if s.handshaking.CompareAndSwap(true, false) {
+		s.g.handshaking.Add(-1)
+	}
+}
+
+// awaitHandshake runs while c handshakes (ListenEarly hands connections out before
+// the client has finished, Listen after).
+func (s *Slot) awaitHandshake(c *quic.Conn) {
+	select {
+	case <-c.HandshakeComplete():
+	case <-c.Context().Done():
+	}
+	s.handshakeDone()
 }
 
 // Release returns the slot. It is idempotent and safe for concurrent use.
 func (s *Slot) Release() {
+	s.handshakeDone()
 	sh := s.g.tab.shard(s.key)
 	sh.mu.Lock()
 	if !s.released {
@@ -240,22 +265,34 @@ func (g *Guard) ConnContext(ctx context.Context, info *quic.ClientInfo) (context
 		return nil, err
 	}
 	s.ctx.Context = ctx
+	s.handshaking.Store(true)
+	g.handshaking.Add(1)
 	context.AfterFunc(ctx, s.Release)
 	return &s.ctx, nil
 }
 
 // VerifySourceAddress is quic.Transport.VerifySourceAddress, called by quic-go for
 // every Initial that carries no valid token. It answers true (send a Retry) when the
-// Guard-wide rate of such Initials, over a sliding second, exceeds RetryAbove, or when
+// Guard-wide rate of such Initials, over a sliding second, exceeds RetryAbove, or more
+// than RetryAbove ÷ 10 admitted connections have not finished their handshake, or when
 // the source would be refused (at its cap or over its budget: make it prove its address
 // before the refusal), or when it is new and its shard is full. It spends nothing and
 // runs on quic-go's server goroutine: one mutex, one map lookup.
+//
+// The bound on unfinished handshakes is what holds a spoofed flood's memory: each
+// Initial let through is a connection quic-go keeps (with ListenEarly, serves) until
+// its handshake timeout, whatever the rate; and the rate is counted here, behind
+// quic-go's queue of unprocessed packets, so a server that reads Initials more slowly
+// than they come measures its own pace, not the flood's.
 func (g *Guard) VerifySourceAddress(addr net.Addr) bool {
 	t := g.instant(g.now())
 	lim := g.lim.Load()
-	if lim.retryAbove >= 0 && g.handshakes.hit(t) > lim.retryAbove {
-		g.retriesSurge.Add(1)
-		return true
+	if lim.retryAbove >= 0 {
+		rate := g.handshakes.hit(t)
+		if rate > lim.retryAbove || float64(g.handshaking.Load()) > lim.retryAbove/10 {
+			g.retriesSurge.Add(1)
+			return true
+		}
 	}
 	a, ok := addrOf(addr)
 	if !ok {
@@ -316,6 +353,9 @@ func (g *Guard) Track(c *quic.Conn) error {
 		return ErrNotAdmitted
 	}
 	s.conn.Store(c)
+	if s.handshaking.Load() {
+		go s.awaitHandshake(c)
+	}
 	// Kick sets kicked before it loads conn; we store conn before we load kicked: one of
 	// the two sees the other.
 	if s.kicked.Load() || g.banned(s.addr) {
@@ -388,6 +428,8 @@ func closeBanned(c *quic.Conn) { c.CloseWithError(ErrCodeExcessiveLoad, "banned"
 type Stats struct {
 	Tracked int // per-source entries held (tracked_sources), ≤ MaxTracked
 	Open    int // connections counted open (admitted, not yet released)
+	// Handshaking is the QUIC connections admitted whose handshake has not completed.
+	Handshaking int
 
 	DroppedBanned uint64 // datagrams a Socket dropped: dropped_datagrams_total{reason="banned"}
 	// DroppedKernel is the kernel's drop counter of the Sockets' UDP sockets (sk_drops,
@@ -404,7 +446,7 @@ type Stats struct {
 
 	// VerifySourceAddress answers true: Retries requested (quic-go drops a Retry when
 	// its queue is full).
-	RetriesSurge  uint64 // the Guard-wide handshake rate was above RetryAbove
+	RetriesSurge  uint64 // the Guard-wide handshake rate was above RetryAbove, or too many were unfinished
 	RetriesSource uint64 // the source would have been refused, or its shard was full
 
 	Overflowed uint64 // decisions taken against an overflow entry: the table was full
@@ -420,6 +462,7 @@ func (g *Guard) Stats() Stats {
 		RetriesSurge:  g.retriesSurge.Load(),
 		RetriesSource: g.retriesSource.Load(),
 		Kicked:        g.kicked.Load(),
+		Handshaking:   int(g.handshaking.Load()),
 	}
 	for i := range g.tab.shards {
 		sh := &g.tab.shards[i]

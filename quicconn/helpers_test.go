@@ -55,6 +55,7 @@ type serverOpts struct {
 	listen string                       // default 127.0.0.1:0
 	conn   func(*Socket) net.PacketConn // wraps the Socket for the Transport (spies)
 	qconf  *quic.Config
+	early  bool // ListenEarly, as the edge listens
 }
 
 func startServer(t *testing.T, cfg Config, o serverOpts) *testServer {
@@ -95,7 +96,12 @@ func startServer(t *testing.T, cfg Config, o serverOpts) *testServer {
 	if qconf == nil {
 		qconf = &quic.Config{HandshakeIdleTimeout: 500 * time.Millisecond}
 	}
-	ln, err := tr.Listen(serverTLS(t), qconf)
+	var ln QUICListener
+	if o.early {
+		ln, err = tr.ListenEarly(serverTLS(t), qconf)
+	} else {
+		ln, err = tr.Listen(serverTLS(t), qconf)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

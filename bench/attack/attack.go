@@ -1,6 +1,7 @@
 // Package attack holds h3bench's protocol-abuse clients: HTTP/2 Rapid Reset,
 // MadeYouReset, CONTINUATION and HPACK floods, SETTINGS/PING/empty-frame floods,
-// slowloris, slow POST, slow read and stalled QUIC streams. Each is written on
+// slowloris, slow POST, slow read, stalled QUIC streams, QUIC Initials from spoofed
+// sources and held requests that push the server into overload. Each is written on
 // golang.org/x/net/http2's Framer or on quic-go, sends only to the target it is given
 // (loopback in h3bench), and stops by itself: after Target.Duration, or when its
 // context ends. The scenario runner (bench/scenario's RunAttack) starts h3edge, runs
@@ -37,6 +38,10 @@ type Target struct {
 	// Interval paces the slow attacks: one byte (slowloris, slow POST) or one KiB
 	// (slow read) per Interval. If zero, one second.
 	Interval time.Duration
+	// Count and Rate size quic-initial-flood: Count Initials, each from its own
+	// address counted up from Sources[0], Rate per second. Other attacks ignore them.
+	Count int
+	Rate  float64
 }
 
 // ErrUnknown is returned (wrapped) for a name no attack has.
@@ -56,6 +61,9 @@ type Attack struct {
 	// conn runs one connection of the attack until it ends; it reports what happened
 	// to rec.
 	conn func(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error
+	// flood, instead of conn, runs the whole attack once: for an attack whose sources
+	// are too many for a worker each (quic-initial-flood).
+	flood func(ctx context.Context, t *Target, rec *recorder) error
 }
 
 // attacks is the registry, in the README's order.
@@ -82,6 +90,10 @@ var attacks = []*Attack{
 		Summary: "HTTP/1.1 GET of 64 MB read one KiB per interval through a small receive buffer"},
 	{Name: "quic-stall", Proto: "h3", Conns: 8, conn: quicStall,
 		Summary: "QUIC connections opening every request stream they may and never sending HEADERS"},
+	{Name: "quic-initial-flood", Proto: "h3", flood: initialFlood,
+		Summary: "QUIC Initials with a real ClientHello, each from its own spoofed 127.x.y.z address, never answered"},
+	{Name: "overload", Proto: "h2", Conns: 2, conn: overloadConn,
+		Summary: "HTTP/2 connections each holding 100 requests that keep a handler busy 5 s, replaced as they end"},
 }
 
 // Names lists the attacks.
@@ -119,6 +131,10 @@ func (a *Attack) Run(ctx context.Context, t Target) (*Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.Duration)
 	defer cancel()
 	rec := newRecorder()
+	if a.flood != nil {
+		err := a.flood(ctx, &t, rec)
+		return rec.outcome(), err
+	}
 	var wg sync.WaitGroup
 	for _, src := range t.Sources {
 		for range conns {
@@ -159,10 +175,15 @@ const redialPause = 50 * time.Millisecond
 // Outcome is what an attack got from the server.
 type Outcome struct {
 	// Conns counts connections whose handshake completed; Refused the dials that did
-	// not (reset at accept, handshake refused or timed out).
+	// not (reset at accept, handshake refused or timed out). quic-initial-flood: the
+	// spoofed sources answered with a ServerHello (a handshake begun) and with a
+	// CONNECTION_CLOSE.
 	Conns   int64 `json:"conns"`
 	Refused int64 `json:"refused"`
-	// Sent counts what the attack sent: frames (HTTP/2 floods), streams (quic-stall) or
+	// Retries counts the Retry packets received (quic-initial-flood).
+	Retries int64 `json:"retries,omitempty"`
+	// Sent counts what the attack sent: frames (HTTP/2 floods), streams (quic-stall),
+	// Initials (quic-initial-flood) or
 	// bytes (slow attacks).
 	Sent int64 `json:"sent"`
 	// Responses counts responses the attacker received, by status.
@@ -186,9 +207,9 @@ type Outcome struct {
 
 // recorder collects an attack's events from its workers. Safe for concurrent use.
 type recorder struct {
-	conns, refused, sent, closed, held atomic.Int64
-	open, peak                         atomic.Int64
-	lastError                          atomic.Value // string
+	conns, refused, sent, closed, held, retries atomic.Int64
+	open, peak                                  atomic.Int64
+	lastError                                   atomic.Value // string
 
 	mu     sync.Mutex
 	status map[int]int64
@@ -243,7 +264,7 @@ func (r *recorder) outcome() *Outcome {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := &Outcome{
-		Conns: r.conns.Load(), Refused: r.refused.Load(), Sent: r.sent.Load(),
+		Conns: r.conns.Load(), Refused: r.refused.Load(), Sent: r.sent.Load(), Retries: r.retries.Load(),
 		Closed: r.closed.Load(), Held: r.held.Load(), PeakOpen: r.peak.Load(),
 		Status: r.status, GoAway: r.goaway,
 	}

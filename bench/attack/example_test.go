@@ -23,4 +23,6 @@ func ExampleNames() {
 	// slow-post
 	// slow-read
 	// quic-stall
+	// quic-initial-flood
+	// overload
 }

@@ -63,7 +63,24 @@ type attackPlan struct {
 	// at once. (Short mode's few dozen connections are outweighed by the legitimate
 	// load's own memory: rssFactor holds there.)
 	rssPerConn int64
+	// count and rate size quic-initial-flood: Initials, each from its own address, and
+	// how many per second. Its checks: Retries come back, the handshakes h3edge begins
+	// stay within retryAbove per second of the flood (plus one second's worth), and the
+	// tracked sources within ip.max_tracked.
+	count int
+	rate  float64
+	// overload: the attack is meant to push h3edge into shedding new work, legitimate
+	// work included, so the legitimate success under attack is reported, not checked;
+	// instead the attacker must be refused (503) and, once it stops and its held
+	// requests end, the legitimate clients must be served again (≥ 95 %).
+	overload bool
 }
+
+// The ip: defaults quic-initial-flood is judged against (DESIGN §4; quicconn's).
+const (
+	floodRetryAbove = 1000
+	floodMaxTracked = 1000000
+)
 
 // slowConnRSS is what a slow client's connection may cost h3edge in RSS: a
 // goroutine, the TLS connection's buffers, net/http's reader and writer.
@@ -105,6 +122,28 @@ func plan(name string, short bool) attackPlan {
 		if short {
 			p.sources, p.conns, p.duration, p.closeWithin = "127.0.2.1-127.0.2.5", 4, 6*time.Second, 4*time.Second
 			p.config = "limits: {write_timeout: 2s}\n"
+		}
+	case "quic-initial-flood":
+		// A million addresses from 127.64.0.0 (to 127.79.66.63), clear of every other
+		// client's; 50 000 a second, so the flood lasts 20 s.
+		// Memory: h3edge runs with GOGC=400, so the garbage of a million Retries may
+		// take up to 5× the live heap between collections: 4× idle in full mode, 8× in
+		// short mode on a loaded machine, where more handshakes begin before Retry.
+		p.sources, p.count, p.rate, p.duration, p.rssFactor = "127.64.0.0", 1000000, 50000, 22*time.Second, 4
+		if short {
+			p.count, p.rate, p.duration, p.rssFactor = 20000, 5000, 5*time.Second, 8
+		}
+	case "overload":
+		// 50 sources × 2 connections × 100 held requests: 10 000 wanted in flight,
+		// against the in-flight cap (1 024 per core) and a goroutine bound low enough
+		// for them to reach it.
+		// Memory: ~1 000 held requests and their connections, and the garbage of some
+		// 17 000 503s a second under GOGC=400 (9.1× idle measured in full mode).
+		p.overload, p.sources, p.duration, p.rssFactor = true, "127.0.3.1-127.0.3.50", 10*time.Second, 12
+		p.config = "limits: {max_goroutines: 1500}\n"
+		if short {
+			p.sources, p.duration, p.rssFactor = "127.0.3.1-127.0.3.5", 6*time.Second, 8
+			p.config = "limits: {max_inflight_requests: 500, max_goroutines: 800}\n"
 		}
 	case "quic-stall":
 		// Thousands of streams opened and reset in a second: quic-go's stream state
@@ -158,6 +197,11 @@ type attackFigures struct {
 	FirstBanSec float64 `json:"first_ban_seconds,omitempty"`
 	// What the attacker got.
 	Attacker *attack.Outcome `json:"attacker"`
+	// quic-initial-flood's own figures.
+	Flood *floodFigures `json:"flood,omitempty"`
+	// overload: the legitimate clients once the attack and its held requests ended.
+	AfterSuccess float64 `json:"legit_after_success,omitempty"`
+	AfterP99us   int64   `json:"legit_after_p99_us,omitempty"`
 }
 
 // RunAttack runs the named attack against an h3edge process (see the package's
@@ -249,7 +293,8 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	target := attack.Target{Addr: srv.addr, Sources: srcs, Conns: p.conns, TLS: tc, Duration: p.duration, Interval: p.interval}
+	target := attack.Target{Addr: srv.addr, Sources: srcs, Conns: p.conns, TLS: tc, Duration: p.duration, Interval: p.interval,
+		Count: p.count, Rate: p.rate}
 
 	e.logf("attack %s: %d sources, %v, with the legitimate clients", a.Name, len(srcs), p.duration)
 	cpu0, err := srv.cpu()
@@ -263,6 +308,12 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() { peak = sampleRSS(sctx, srv.pid()) })
 	wg.Go(func() { watch.run(sctx) })
+	var fw *floodWatch
+	if p.count > 0 {
+		fw = &floodWatch{admin: srv.admin}
+		fw.poll(ctx) // the kernel drops before the flood
+		wg.Go(func() { fw.run(sctx) })
+	}
 	var lres, lctl *bench.Result
 	var lerr error
 	legitDone := make(chan struct{})
@@ -284,6 +335,17 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	}
 	if cpuErr != nil {
 		return nil, cpuErr
+	}
+	var after *bench.Result
+	if p.overload && srv.alive() == nil {
+		// The attacker's last requests end within attack.HeldRequest of its stop.
+		e.logf("attack %s: the legitimate clients after the attack", a.Name)
+		if !sleep(ctx, 6*time.Second) {
+			return nil, ctx.Err()
+		}
+		if after, err = load(srv, legit, quiet); err != nil {
+			return nil, err
+		}
 	}
 	alive := srv.alive()
 
@@ -309,6 +371,13 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	if idle > 0 {
 		f.RSSFactor = float64(f.PeakRSS) / float64(idle)
 	}
+	if fw != nil {
+		f.Flood = fw.figures(ctx, out, cpu1-cpu0, elapsed)
+	}
+	if after != nil && after.Requests > 0 {
+		f.AfterSuccess = float64(after.Status[http.StatusOK]) / float64(after.Requests)
+		f.AfterP99us = after.Latency.P99.Microseconds()
+	}
 	bans := watch.result()
 	f.Banned = len(bans)
 	if len(bans) > 0 {
@@ -323,7 +392,12 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 		}
 	}
 	check(alive == nil, "h3edge died: %v", alive)
-	check(f.LegitSuccess >= attackMinSuccess, "legitimate success %.3f < %.2f", f.LegitSuccess, attackMinSuccess)
+	if p.overload {
+		check(out.Status[http.StatusServiceUnavailable] > 0, "the attacker was never answered 503: h3edge did not shed")
+		check(f.AfterSuccess >= attackMinSuccess, "legitimate success after the attack %.3f < %.2f", f.AfterSuccess, attackMinSuccess)
+	} else {
+		check(f.LegitSuccess >= attackMinSuccess, "legitimate success %.3f < %.2f", f.LegitSuccess, attackMinSuccess)
+	}
 	if p.banned {
 		bound := attackFullBan
 		if e.opt.Short {
@@ -339,13 +413,20 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	if p.status != 0 {
 		check(out.Status[p.status] > 0, "the attacker never got %d (got %v)", p.status, out.Status)
 	}
+	if fl := f.Flood; fl != nil {
+		check(fl.Initials >= int64(p.count)*9/10, "the flood sent %d Initials of %d", fl.Initials, p.count)
+		check(fl.Retries > 0, "no Retry came back: Retry did not engage")
+		check(fl.Handshakes <= fl.HandshakeBound, "h3edge began %d handshakes with spoofed sources > retry_above × (seconds + 1) = %d",
+			fl.Handshakes, fl.HandshakeBound)
+		check(fl.PeakTracked <= fl.MaxTracked, "tracked sources peaked at %d > ip.max_tracked %d", fl.PeakTracked, fl.MaxTracked)
+	}
 	if p.rssPerConn > 0 {
 		per := (f.PeakRSS - idle) / max(out.PeakOpen, 1)
 		check(per <= p.rssPerConn, "peak RSS %d KiB above idle per held connection > %d KiB", per>>10, p.rssPerConn>>10)
 	} else {
 		check(f.RSSFactor <= p.rssFactor, "peak RSS %.1f× idle > %.1f×", f.RSSFactor, p.rssFactor)
 	}
-	if lctl != nil {
+	if lctl != nil && !p.overload {
 		limit := time.Duration(float64(lctl.Latency.P99)*attackFullP99) + attackP99Slack
 		check(lres.Latency.P99 <= limit, "legitimate p99 %v > 1.5× the unattacked control's %v (+2 ms)", lres.Latency.P99, lctl.Latency.P99)
 	}
@@ -364,6 +445,14 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 		Notes: []string{fmt.Sprintf("attacker: %d connections, %d refused, %d closed by h3edge (close p50 %v, max %v), %d held at the end, goaway %v, sent %d",
 			out.Conns, out.Refused, out.Closed, out.CloseP50.Round(time.Millisecond), out.CloseMax.Round(time.Millisecond), out.Held, out.GoAway, out.Sent)},
 	}
+	if after != nil {
+		rep.Table = append(rep.Table, []string{"after", fmt.Sprintf("%.3f", f.AfterSuccess), ms(after.Latency.P99), "", "", "", "", "", "", ""})
+	}
+	if fl := f.Flood; fl != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("flood: %d Initials from as many addresses, %d read by h3edge (%d dropped by its kernel socket), %d Retries back, "+
+			"%d handshakes begun (bound %d), %d refused; tracked sources peak %d (max %d); h3edge CPU %.1f µs per Initial read",
+			fl.Initials, fl.Read, fl.KernelDrops, fl.Retries, fl.Handshakes, fl.HandshakeBound, fl.Refused, fl.PeakTracked, fl.MaxTracked, fl.CPUPerInitialUs))
+	}
 	rep.Holds = len(fails) == 0
 	rep.Verdict = "every check held"
 	if !rep.Holds {
@@ -375,6 +464,10 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 // claimAttack states what the run checks.
 func claimAttack(summary string, p attackPlan, short bool) string {
 	s := summary + ": h3edge stays up and ≥ 95% of the legitimate requests succeed"
+	if p.overload {
+		s = summary + ": h3edge stays up, sheds the attacker's excess with 503 (the legitimate clients' new work too, reported), " +
+			"and serves ≥ 95% of the legitimate requests once the attack's held requests have ended"
+	}
 	if p.banned {
 		bound := attackFullBan
 		if short {
@@ -388,12 +481,16 @@ func claimAttack(summary string, p attackPlan, short bool) string {
 	if p.status != 0 {
 		s += fmt.Sprintf("; the attacker is answered %d", p.status)
 	}
+	if p.count > 0 {
+		s += fmt.Sprintf("; %d Initials at %.0f/s: Retries come back, h3edge begins at most %d handshakes a second of the flood (ip.retry_above, plus one second's worth), "+
+			"tracked sources stay ≤ ip.max_tracked (%d)", p.count, p.rate, floodRetryAbove, floodMaxTracked)
+	}
 	if p.rssPerConn > 0 {
 		s += fmt.Sprintf("; peak RSS ≤ idle + %d KiB per connection held", p.rssPerConn>>10)
 	} else {
 		s += fmt.Sprintf("; peak RSS ≤ %.0f× idle", p.rssFactor)
 	}
-	if !short {
+	if !short && !p.overload {
 		s += "; legitimate p99 ≤ 1.5× that of an unattacked h3edge measured side by side (+2 ms)"
 	}
 	return s
@@ -511,7 +608,8 @@ func (e *env) runAttacker(ctx context.Context, a *attack.Attack, t attack.Target
 		return a.Run(ctx, t)
 	}
 	argv := e.opt.AttackCommand([]string{"-attack", a.Name, "-addr", t.Addr.String(), "-sources", sources,
-		"-conns", strconv.Itoa(t.Conns), "-duration", t.Duration.String(), "-interval", t.Interval.String(), "-pin", pin})
+		"-conns", strconv.Itoa(t.Conns), "-duration", t.Duration.String(), "-interval", t.Interval.String(), "-pin", pin,
+		"-count", strconv.Itoa(t.Count), "-rate", strconv.FormatFloat(t.Rate, 'g', -1, 64)})
 	if nice, err := exec.LookPath("nice"); err == nil {
 		argv = append([]string{nice, "-n", "19"}, argv...)
 	}

@@ -78,6 +78,8 @@ func runAttackClient(args []string, stdout, stderr io.Writer) int {
 		duration = fs.Duration("duration", 0, "how long to attack")
 		interval = fs.Duration("interval", 0, "pacing of the slow attacks (0: 1s)")
 		pin      = fs.String("pin", "", "the server's SPKI pin")
+		count    = fs.Int("count", 0, "quic-initial-flood: Initials to send, each from its own address")
+		rate     = fs.Float64("rate", 0, "quic-initial-flood: Initials per second")
 	)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -104,7 +106,8 @@ func runAttackClient(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	out, err := a.Run(ctx, attack.Target{Addr: dst, Sources: srcs, Conns: *conns, TLS: tc, Duration: *duration, Interval: *interval})
+	out, err := a.Run(ctx, attack.Target{Addr: dst, Sources: srcs, Conns: *conns, TLS: tc, Duration: *duration, Interval: *interval,
+		Count: *count, Rate: *rate})
 	if err != nil {
 		fmt.Fprintf(stderr, "h3bench attack-client: %v\n", err)
 		return exitNoRun

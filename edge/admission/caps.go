@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"net"
 	"runtime"
 	"syscall"
@@ -140,6 +141,27 @@ func Caps(l config.LimitsConfig) (open, pending int) {
 		return v
 	}
 	return pick(l.MaxConnections, mo), pick(l.MaxPendingConnections, mp)
+}
+
+// ErrOverload refuses a QUIC connection while the edge sheds new work; quic-go
+// answers it with CONNECTION_REFUSED.
+var ErrOverload = errors.New("admission: the edge sheds new work (overload)")
+
+// OverloadCaps returns limits.max_inflight_requests and max_goroutines as the edge
+// applies them: zero sized from the machine — 1 024 requests in flight and 50 000
+// goroutines per core of GOMAXPROCS — and -1 (not capped) as 0.
+func OverloadCaps(l config.LimitsConfig) (inflight, goroutines int) {
+	procs := runtime.GOMAXPROCS(0)
+	pick := func(v, machine int) int {
+		switch v {
+		case 0:
+			return machine
+		case -1:
+			return 0
+		}
+		return v
+	}
+	return pick(l.MaxInflightRequests, 1024*procs), pick(l.MaxGoroutines, 50000*procs)
 }
 
 // Counts returns the open connections and the pending ones among them.

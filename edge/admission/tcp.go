@@ -27,6 +27,10 @@ type TCP struct {
 	// close it and Release give the slot back.
 	conns                                  sync.Map // net.Conn → *slot
 	refusedBanned, refusedRate, refusedMax atomic.Uint64
+	// shedding, if set, reports that the edge sheds new work (package overload):
+	// new connections are reset at accept.
+	shedding        func() bool
+	refusedOverload atomic.Uint64
 
 	// The global caps (caps.go): the counts and their bounds, the refusals, and the
 	// pending connections oldest first (under mu).
@@ -50,6 +54,10 @@ type slot struct {
 func NewTCP(guard *quicconn.Guard, banned func(netip.Addr) bool) *TCP {
 	return &TCP{guard: guard, banned: banned}
 }
+
+// SetShedding makes Accept reset every new connection while shedding reports true
+// (the edge's overload sampler). Call it before the listener serves.
+func (t *TCP) SetShedding(shedding func() bool) { t.shedding = shedding }
 
 // Listener returns ln with t's admission at Accept.
 func (t *TCP) Listener(ln net.Listener) net.Listener { return listener{Listener: ln, t: t} }
@@ -80,6 +88,11 @@ func (t *TCP) admit(c net.Conn) bool {
 	addr := ap.Addr().Unmap()
 	if t.banned(addr) {
 		t.refusedBanned.Add(1)
+		reset(c)
+		return false
+	}
+	if t.shedding != nil && t.shedding() {
+		t.refusedOverload.Add(1)
 		reset(c)
 		return false
 	}
@@ -146,12 +159,14 @@ type Refused struct {
 	Banned, Rate, MaxConns uint64
 	// Open and Pending: over limits.max_connections, max_pending_connections.
 	Open, Pending uint64
+	// Overload: while the edge shed new work (SetShedding).
+	Overload uint64
 }
 
 // Refused returns the refusals so far.
 func (t *TCP) Refused() Refused {
 	return Refused{Banned: t.refusedBanned.Load(), Rate: t.refusedRate.Load(), MaxConns: t.refusedMax.Load(),
-		Open: t.refusedOpen.Load(), Pending: t.refusedPending.Load()}
+		Open: t.refusedOpen.Load(), Pending: t.refusedPending.Load(), Overload: t.refusedOverload.Load()}
 }
 
 // reset closes c with a RST (SO_LINGER 0): no FIN handshake to wait for.

@@ -86,6 +86,21 @@ func TooManyStreams(w http.ResponseWriter, r *http.Request) {
 	write(w, http.StatusTooManyRequests, tooManyStreams)
 }
 
+// overloaded is the prebuilt answer to a request the edge sheds (limits:
+// max_inflight_requests, or overload: memory or goroutines over their bounds).
+var overloaded = []byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the edge is at capacity; retry shortly"}`)
+
+// Overloaded answers 503 with Retry-After: 1 and a prebuilt document to a request
+// the edge sheds: at capacity, it builds nothing per request.
+func Overloaded(w http.ResponseWriter, r *http.Request) {
+	w.Header()[headers.RetryAfterFieldName] = oneSecond
+	if isGRPC(r) {
+		writeGRPC(w, http.StatusServiceUnavailable, "the edge is at capacity; retry shortly")
+		return
+	}
+	write(w, http.StatusServiceUnavailable, overloaded)
+}
+
 func write(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h[contentType] = problemType

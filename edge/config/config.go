@@ -194,8 +194,9 @@ type IPConfig struct {
 	// If zero, 100 is used; at most 65535.
 	MaxStreamsPerConnection int `yaml:"max_streams_per_connection"`
 	// RetryAbove is the rate of QUIC handshakes per second above which new sources
-	// must validate their address with a Retry. If zero, 1000 is used; at most
-	// 10000000.
+	// must validate their address with a Retry; so must they while more than a tenth
+	// of it have begun and not finished (spoofed sources never finish). If zero, 1000
+	// is used; at most 10000000.
 	RetryAbove int `yaml:"retry_above"`
 	// MaxTracked bounds the per-source state. If zero, 1000000 is used; at most
 	// 100000000.
@@ -311,4 +312,16 @@ type LimitsConfig struct {
 	// holds): over it, the one pending longest is reset. If zero, 256 per core; -1:
 	// not capped. Top level only.
 	MaxPendingConnections int `yaml:"max_pending_connections"`
+	// MaxInflightRequests caps the requests being handled at once, on all protocols
+	// together: over it a new request gets a prebuilt 503 with Retry-After: 1 before
+	// any policy or upstream sees it. If zero, it is sized from the machine at start:
+	// 1 024 per core; -1: not capped. Top level only.
+	MaxInflightRequests int `yaml:"max_inflight_requests"`
+	// MaxGoroutines is the goroutine count over which the edge sheds new work — new
+	// QUIC connections refused, new TCP connections reset at accept, new requests
+	// answered 503 with Retry-After — until it falls below 90 % of it; the same
+	// happens while the memory the process holds is at 90 % of its memory limit
+	// (GOMEMLIMIT, or the one h3edge sets from its cgroup). If zero, 50 000 per core;
+	// -1: goroutines never shed (memory still does). Top level only.
+	MaxGoroutines int `yaml:"max_goroutines"`
 }

@@ -376,6 +376,9 @@ var validationCases = []validationCase{
 	{"limits.max_connections negative", "limits: {max_connections: -2}", []string{"limits.max_connections: must be a cap, 0 (sized from the machine) or -1 (not capped) (got -2)"}},
 	{"limits.max_pending_connections negative", "limits: {max_pending_connections: -5}", []string{"limits.max_pending_connections: must be a cap, 0 (sized from the machine) or -1 (not capped) (got -5)"}},
 	{"limits caps", "limits: {max_connections: 10000, max_pending_connections: -1}", nil},
+	{"limits.max_inflight_requests negative", "limits: {max_inflight_requests: -2}", []string{"limits.max_inflight_requests: must be a cap, 0 (sized from the machine) or -1 (not capped) (got -2)"}},
+	{"limits.max_goroutines negative", "limits: {max_goroutines: -3}", []string{"limits.max_goroutines: must be a cap, 0 (sized from the machine) or -1 (not capped) (got -3)"}},
+	{"limits overload caps", "limits: {max_inflight_requests: 500, max_goroutines: -1}", nil},
 	{"limits short", "limits: {body_read_timeout: 2s, write_timeout: 1s}", nil},
 	{"upstream_timeout negative", "upstream_timeout: -1s", []string{"upstream_timeout: must be more than 0, a duration such as 10s (got -1s)"}},
 	{"upstream without scheme", "upstream: 127.0.0.1:9000", []string{`upstream: must be an absolute http or https URL such as http://127.0.0.1:9000 (got "127.0.0.1:9000")`}},
@@ -542,11 +545,13 @@ var validationCases = []validationCase{
 		"routes[3].upstream: required: the name of a pool under upstreams:",
 		`routes[3].name: "r" is already the name of routes[2]; names must be unique`}},
 	{"route limits ok", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: r, upstream: api, limits: {body_read_timeout: 2s, write_timeout: 60s}}]", nil},
-	{"route limits", "limits: {write_timeout: 20s}\nupstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: r, upstream: api, limits: {body_read_timeout: -1s, write_timeout: 30s, max_connections: 5, max_pending_connections: 1}}]", []string{
+	{"route limits", "limits: {write_timeout: 20s}\nupstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: r, upstream: api, limits: {body_read_timeout: -1s, write_timeout: 30s, max_connections: 5, max_pending_connections: 1, max_inflight_requests: 10, max_goroutines: 100}}]", []string{
 		"routes[0].limits.body_read_timeout: must be more than 0, a duration such as 10s (got -1s)",
 		"routes[0].limits.write_timeout: must be at most limits.write_timeout (20s), which bounds every HTTP/1.1 and HTTP/2 connection whatever its routes; raise that one or shorten this (got 30s)",
 		"routes[0].limits.max_connections: the cap is the whole edge's: top-level limits only",
 		"routes[0].limits.max_pending_connections: the cap is the whole edge's: top-level limits only",
+		"routes[0].limits.max_inflight_requests: the cap is the whole edge's: top-level limits only",
+		"routes[0].limits.max_goroutines: the cap is the whole edge's: top-level limits only",
 	}},
 	{"route limits long", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{name: r, upstream: api, limits: {write_timeout: 11m}}]", []string{
 		"routes[0].limits.write_timeout: must be at most 10m (got 11m0s)",
@@ -800,6 +805,8 @@ var configFields = map[string]struct {
 	"routes[].limits.write_timeout":           {def: "0s", checked: true},
 	"routes[].limits.max_connections":         {def: "0", checked: true},
 	"routes[].limits.max_pending_connections": {def: "0", checked: true},
+	"routes[].limits.max_inflight_requests":   {def: "0", checked: true},
+	"routes[].limits.max_goroutines":          {def: "0", checked: true},
 
 	"policies[].key":                 {def: "[ip]", checked: true},
 	"policies[].algorithm":           {def: "token_bucket", checked: true},
@@ -820,6 +827,8 @@ var configFields = map[string]struct {
 	"limits.write_timeout":           {def: "1m0s", doc: "60s", checked: true},
 	"limits.max_connections":         {def: "0", checked: true},
 	"limits.max_pending_connections": {def: "0", checked: true},
+	"limits.max_inflight_requests":   {def: "0", checked: true},
+	"limits.max_goroutines":          {def: "0", checked: true},
 	"legacy_headers":                 {def: "false"},
 	"log_format":                     {def: "text", checked: true},
 	"access_log.path":                {def: "stdout", checked: true},

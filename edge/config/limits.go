@@ -44,7 +44,8 @@ func (l LimitsConfig) check(k *checker, path string) {
 	for _, c := range []struct {
 		key string
 		v   int
-	}{{"max_connections", l.MaxConnections}, {"max_pending_connections", l.MaxPendingConnections}} {
+	}{{"max_connections", l.MaxConnections}, {"max_pending_connections", l.MaxPendingConnections},
+		{"max_inflight_requests", l.MaxInflightRequests}, {"max_goroutines", l.MaxGoroutines}} {
 		switch p := path + "." + c.key; {
 		case c.v != 0 && !top:
 			k.add(p, "the cap is the whole edge's: top-level limits only")

@@ -97,8 +97,9 @@ type Route struct {
 	// the top level's (limits:). A route's write_timeout bounds each write of its
 	// responses on HTTP/1.1, HTTP/2 and HTTP/3 alike (the stream is reset, or the
 	// HTTP/1.1 connection closed); it is at most the top level's, which still bounds
-	// every HTTP/1.1 and HTTP/2 connection as a whole. max_connections and
-	// max_pending_connections are the whole edge's: top level only.
+	// every HTTP/1.1 and HTTP/2 connection as a whole. max_connections,
+	// max_pending_connections, max_inflight_requests and max_goroutines are the whole
+	// edge's: top level only.
 	Limits LimitsConfig `yaml:"limits"`
 }
 

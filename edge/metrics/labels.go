@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/h3edge/h3edge/edge/admission"
 	"github.com/h3edge/h3edge/quicconn"
 )
 
@@ -62,10 +63,11 @@ const (
 	MaxConns               // the source holds max_connections already
 	Other                  // any other refusal
 	Capped                 // shed by limits.max_connections or max_pending_connections (TCP)
+	Overload               // shed while the edge is overloaded (limits.max_goroutines, memory)
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"banned", "rate", "max_connections", "other", "capped"}
+var reasonNames = [numReasons]string{"banned", "rate", "max_connections", "other", "capped", "overload"}
 
 // String is the reason label's value.
 func (r Reason) String() string { return reasonNames[r] }
@@ -79,6 +81,8 @@ func reasonOf(err error) Reason {
 		return Rate
 	case errors.Is(err, quicconn.ErrMaxConns):
 		return MaxConns
+	case errors.Is(err, admission.ErrOverload):
+		return Overload
 	}
 	return Other
 }

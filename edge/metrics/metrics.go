@@ -478,9 +478,16 @@ func (m *Metrics) refusedConns() []refusedConn {
 	if f := m.cfg.TCPRefused; f != nil {
 		t = f()
 	}
-	return append(out,
+	if v := m.refusedH3[Overload].Load(); v > 0 {
+		out = append(out, refusedConn{"h3", Overload, v})
+	}
+	out = append(out,
 		refusedConn{"tcp", Banned, t.Banned},
 		refusedConn{"tcp", Rate, t.Rate},
 		refusedConn{"tcp", MaxConns, t.MaxConns},
 		refusedConn{"tcp", Capped, t.Open + t.Pending})
+	if t.Overload > 0 {
+		out = append(out, refusedConn{"tcp", Overload, t.Overload})
+	}
+	return out
 }

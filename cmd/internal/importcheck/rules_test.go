@@ -37,6 +37,7 @@ var rules = []rule{
 	}, tests: []string{
 		"certs",         // certs.SelfSigned: the one self-signed certificate helper of the module
 		"bench/testkit", // WaitFor
+		"bench/quicpkt", // Initials with forged Retry tokens (TestRetryTokens)
 	}},
 	{pkg: "certs"},
 	// certs: which certificate a handshake gets, and the listing, rank ACME's beside the files'.
@@ -50,7 +51,7 @@ var rules = []rule{
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
 		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect", "edge/tunnel",
-		"edge/h2guard", "edge/slowbody", "edge/slowwrite", "edge/h3serve",
+		"edge/h2guard", "edge/slowbody", "edge/slowwrite", "edge/h3serve", "edge/overload",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -98,6 +99,9 @@ var rules = []rule{
 	{pkg: "edge/h2guard"},
 	{pkg: "edge/slowbody"},
 	{pkg: "edge/slowwrite"}, // the standard library only, as slowbody
+	// Overload shedding (limits.max_goroutines, the memory limit): runtime/metrics
+	// sampled on its own goroutine, one atomic flag for the listeners and the chain.
+	{pkg: "edge/overload", tests: []string{"bench/testkit"}},
 	// HTTP/3's stream accept loop over quic-go's RawServerConn, with the header read
 	// deadline and the stream budget (a hook) before HEADERS are parsed: quic-go only.
 	{pkg: "edge/h3serve", external: []string{"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3"}},
@@ -126,9 +130,12 @@ var rules = []rule{
 	}, tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned for the test servers
 	// The attack clients (h3bench attack): HTTP/2 frames written with x/net/http2's
 	// Framer and HPACK encoder (net/http hides frames), QUIC streams with quic-go.
-	{pkg: "bench/attack", external: []string{
+	// quic-initial-flood: hand-built Initials (bench/quicpkt) sent with a source address
+	// each through IP_PKTINFO (x/net/ipv4's batched writes).
+	{pkg: "bench/attack", imports: []string{"bench/quicpkt"}, external: []string{
 		"golang.org/x/net/http2", "golang.org/x/net/http2/hpack", "github.com/quic-go/quic-go",
-	}},
+		"golang.org/x/net/ipv4",
+	}, tests: []string{"certs"}},
 	{pkg: "bench/scenario", imports: []string{"bench", "bench/attack", "bench/chart", "bench/scenario/flood", "headers",
 		"edge/demo",     // the bare baseline serves h3edge's demo origin: "the same handler"
 		"certs",         // and a certs.SelfSigned certificate, as h3edge's development one is made
@@ -146,6 +153,10 @@ var rules = []rule{
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3", "golang.org/x/net/ipv4",
 	}},
 	{pkg: "bench/chart", tests: []string{"bench/testkit"}},
+	// QUIC v1 client Initials, Retry and server Initials built and read by hand (std
+	// only): quic-go exports no packet building, and a forged token or a spoofed source
+	// needs every field chosen.
+	{pkg: "bench/quicpkt"},
 	// Beyond the table: the helpers every package's tests share (free ports, redis-server,
 	// waiting, tools required under CI). Std only, so that any row may list it in tests.
 	{pkg: "bench/testkit"},

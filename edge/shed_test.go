@@ -1,0 +1,135 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/h3edge/h3edge/bench/testkit"
+	"github.com/h3edge/h3edge/edge/config"
+)
+
+// holdSlow starts n requests to /slow?ms=ms on c and returns a function that waits
+// for them and returns their statuses (0 for an error).
+func holdSlow(t *testing.T, c *http.Client, url string, n, ms int) func() []int {
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, err := c.Get(url + "/slow?ms=" + itoa(ms))
+			if err != nil {
+				t.Logf("slow request %d: %v", i, err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		})
+	}
+	return func() []int { wg.Wait(); return statuses }
+}
+
+// wantShed checks that resp is the edge's shed answer: 503, Retry-After: 1, the
+// prebuilt problem document.
+func wantShed(t *testing.T, what string, resp *http.Response, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: %v, want 503", what, err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("%s: %d, Retry-After %q, %s; want the shed 503", what, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
+
+// TestMaxInflightRequests: with limits.max_inflight_requests: 3 and three slow
+// requests held, a fourth on every protocol gets 503 with Retry-After before any
+// origin sees it; the three finish with 200, and then the edge serves again.
+func TestMaxInflightRequests(t *testing.T) {
+	e := startEdge(t, func(c *config.Config) { c.Limits.MaxInflightRequests = 3 })
+	wait := holdSlow(t, clientFor(t, "h2"), e.url, 3, 1500)
+	testkit.WaitFor(t, 5*time.Second, "three requests in flight", func() bool { return e.inflight.Load() == 3 })
+	for _, p := range protos {
+		resp, err := clientFor(t, p.name).Get(e.url + "/")
+		wantShed(t, p.name+" request over the cap", resp, err)
+	}
+	for i, st := range wait() {
+		if st != http.StatusOK {
+			t.Errorf("held request %d: %d, want 200", i, st)
+		}
+	}
+	for _, p := range protos {
+		if resp, err := clientFor(t, p.name).Get(e.url + "/"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s after the held requests: %v %v", p.name, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+}
+
+// TestOverloadShedding pushes the edge over limits.max_goroutines with real slow
+// requests and checks the cheapest refusal at every layer while it is there — a new
+// QUIC connection refused (CONNECTION_REFUSED), a new TCP connection reset at accept, a
+// new request on an open connection answered 503 with Retry-After — that what it
+// admitted is served to the end, and that it serves again once the load is gone.
+func TestOverloadShedding(t *testing.T) {
+	var bound int
+	e := startEdge(t, func(c *config.Config) {
+		c.IP.MaxStreamsPerConnection = 1000 // the held requests share one HTTP/2 connection
+		// 150 held requests: a handler goroutine each in the edge and a caller each in
+		// this process, well over 200 more than now.
+		bound = runtime.NumGoroutine() + 200
+		c.Limits.MaxGoroutines = bound
+	})
+	h2 := clientFor(t, "h2")
+	if resp, err := h2.Get(e.url + "/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	wait := holdSlow(t, h2, e.url, 150, 3000)
+	testkit.WaitFor(t, 5*time.Second, "shedding over max_goroutines", e.shedder.Shedding)
+	t.Logf("shedding at %d goroutines (bound %d)", e.shedder.Stats().Goroutines, bound)
+
+	resp, err := h2.Get(e.url + "/")
+	wantShed(t, "h2 request on an open connection", resp, err)
+	if resp, err := clientFor(t, "h1").Get(e.url + "/"); err == nil {
+		resp.Body.Close()
+		t.Errorf("new TCP connection while overloaded: %d, want a reset", resp.StatusCode)
+	}
+	if e.tcp.Refused().Overload == 0 {
+		t.Error("no TCP connection counted as refused for overload")
+	}
+	var te *quic.TransportError
+	_, err = clientFor(t, "h3").Get(e.url + "/")
+	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
+		t.Errorf("new QUIC connection while overloaded: %v, want CONNECTION_REFUSED", err)
+	}
+
+	for i, st := range wait() {
+		if st != http.StatusOK {
+			t.Errorf("held request %d: %d, want 200 (admitted work is served)", i, st)
+		}
+	}
+	testkit.WaitFor(t, 5*time.Second, "shedding ends with the load", func() bool { return !e.shedder.Shedding() })
+	for _, p := range protos {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/", nil)
+		if resp, err := clientFor(t, p.name).Do(req); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("%s after the overload: %v %v", p.name, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		cancel()
+	}
+}
