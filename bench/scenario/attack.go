@@ -78,12 +78,11 @@ func plan(name string, short bool) attackPlan {
 	switch name {
 	case "rapid-reset", "made-you-reset":
 		p.banned = true
-	case "continuation", "settings-flood", "ping-flood", "empty-frames":
+	case "continuation", "hpack-bomb", "settings-flood", "ping-flood", "empty-frames":
 		p.banned, p.closeWithin = true, time.Second
 		if short {
 			p.closeWithin = 3 * time.Second
 		}
-	case "hpack-bomb":
 	case "slowloris":
 		p.rssPerConn = slowConnRSS
 		// The header timeout is fixed at 10 s: the attack outlasts it in both modes.
