@@ -184,3 +184,30 @@ func TestBomb(t *testing.T) {
 		})
 	}
 }
+
+// FuzzFollow: any bytes, read in any split, follow without panicking — frames with
+// padding longer than their payload, header blocks the decoder refuses, and a header
+// block judged a bomb only if it decodes past the limit.
+func FuzzFollow(f *testing.F) {
+	var wire, hbuf bytes.Buffer
+	wire.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&wire, nil)
+	enc := hpack.NewEncoder(&hbuf)
+	enc.WriteField(hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)})
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hbuf.Bytes(), EndHeaders: true, PadLength: 3})
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: bytes.Repeat([]byte{0x80 | 62}, 20), EndHeaders: true})
+	f.Add(wire.Bytes(), 7)
+	f.Add([]byte(http2.ClientPreface+"\x00\x00\x02\x01\x0c\x00\x00\x00\x01\xff\x82"), 1) // padding past the payload
+	f.Fuzz(func(t *testing.T, stream []byte, size int) {
+		size = max(1, size%64+1)
+		g := &Conn{skip: prefaceLen}
+		g.abuse.report = func(netip.Addr, int, string) {}
+		g.bomb.limit = 64 << 10
+		for i := 0; i < len(stream); i += size {
+			g.follow(stream[i:min(i+size, len(stream))])
+		}
+		if g.abuse.abused == "HPACK bomb" && g.bomb.out <= g.bomb.limit {
+			t.Fatalf("judged a bomb at %d decoded bytes", g.bomb.out)
+		}
+	})
+}
