@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,10 +56,6 @@ const (
 	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
 	// this long after it began is ended, on every protocol (package h2guard on HTTP/2).
 	readHeaderTimeout = 10 * time.Second
-	// handshakesPerCore bounds the TLS handshakes in progress per core (h2guard's
-	// handshake gate): a burst of new connections waits in the accept queue instead of
-	// queueing the established connections' requests behind its handshakes.
-	handshakesPerCore = 16
 	// idleTimeout closes idle TCP and QUIC connections.
 	idleTimeout = 120 * time.Second
 )
@@ -454,9 +449,7 @@ func (s *Server) Serve() error {
 			// Past the edge's own limit a section gets 431 anyway; one that got there
 			// by table references is a bomb.
 			MaxHeaderBytes: maxHeaderBytes,
-			// ~8 ms of handshake work per core ahead of any request.
-			Handshakes: handshakesPerCore * runtime.GOMAXPROCS(0),
-			Report:     s.chargeAbuse,
+			Report:         s.chargeAbuse,
 		}))
 	}()
 	err = <-errc

@@ -21,7 +21,6 @@ import (
 	"crypto/tls"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 )
 
@@ -42,9 +41,6 @@ type Config struct {
 	// past which a header block decoded from less than a sixteenth of that is an HPACK
 	// bomb (bomb.go); zero: no bomb checks. Needs Report.
 	MaxHeaderBytes int
-	// Handshakes bounds the TLS handshakes in progress (handshake.go): Accept waits
-	// while that many are; zero: not bounded.
-	Handshakes int
 	// Report charges the source of a connection ended for abuse with charge
 	// rejections, for reason; it is called once per connection, from the goroutine
 	// that reads it, after the GOAWAY is sent. Nil: no abuse checks.
@@ -62,49 +58,23 @@ const (
 
 // NewListener returns a listener whose TLS connections (ln yields *tls.Conn) are
 // guarded by c, as *Conn; other connections pass unwrapped.
-func NewListener(ln net.Listener, c Config) net.Listener {
-	l := &listener{Listener: ln, c: c, closed: make(chan struct{})}
-	if c.Handshakes > 0 {
-		l.gate = make(gate, c.Handshakes)
-	}
-	return l
-}
+func NewListener(ln net.Listener, c Config) net.Listener { return listener{ln, c} }
 
 type listener struct {
 	net.Listener
-	c      Config
-	gate   gate
-	closed chan struct{}
-	once   sync.Once
+	c Config
 }
 
-func (l *listener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return l.Listener.Close()
-}
-
-func (l *listener) Accept() (net.Conn, error) {
-	if l.gate != nil && !l.gate.enter(l.closed) {
-		return nil, net.ErrClosed
-	}
+func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
-		if l.gate != nil {
-			<-l.gate
-		}
 		return nil, err
 	}
 	tc, ok := c.(*tls.Conn)
 	if !ok {
-		if l.gate != nil {
-			<-l.gate
-		}
 		return c, nil
 	}
 	g := &Conn{Conn: tc, timeout: l.c.HeaderTimeout, skip: prefaceLen, writeTimeout: l.c.WriteTimeout}
-	if l.gate != nil {
-		g.ticket = l.gate.ticket()
-	}
 	g.abuse.report = l.c.Report
 	g.abuse.maxUnseen = l.c.MaxUnseen
 	if l.c.Report != nil {
@@ -136,7 +106,6 @@ type Conn struct {
 	abuse   abuse
 	block   bool // the frame being skipped is HEADERS or CONTINUATION
 	bomb    bomb
-	ticket  *ticket // the handshake slot (handshake.go); nil: none
 
 	// writeTimeout is Config.WriteTimeout; wdl is the write deadline in force and
 	// wrote what was written since it was set (write.go).
