@@ -116,21 +116,8 @@ func TestH2AbuseEndsConnection(t *testing.T) {
 		{"empty continuation", false, repeat(100, func(fr *http2.Framer) {
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/"), EndStream: true})
 		}, func(fr *http2.Framer, _ int) error { return fr.WriteContinuation(1, false, nil) })},
-		{"hpack bomb", true, func(fr *http2.Framer) error {
-			// One 4 KB field in the dynamic table (index 62), then blocks of 96 one-byte
-			// references to it: each decodes past the parse limit, and Go's HTTP/2
-			// server answers 431 itself, unseen by the chain.
-			bomb := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
-			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Block("GET", "/", bomb), EndStream: true, EndHeaders: true})
-			refs := bytes.Repeat([]byte{0x80 | 62}, 96)
-			for id := uint32(3); id < 2000; id += 2 {
-				block := append(h2Block("GET", "/"), refs...)
-				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
+		// Closed at the first block (TestH2HPACKBomb), charged as the floods are.
+		{"hpack bomb", false, func(fr *http2.Framer) error { return h2Bomb(fr, 2000) }},
 		{"ping flood", false, repeat(300, nil, func(fr *http2.Framer, i int) error { return fr.WritePing(false, [8]byte{byte(i)}) })},
 		{"settings flood", false, repeat(300, nil, func(fr *http2.Framer, _ int) error { return fr.WriteSettings() })},
 		{"empty data", false, repeat(300, func(fr *http2.Framer) {
@@ -165,6 +152,75 @@ func TestH2AbuseEndsConnection(t *testing.T) {
 				t.Error("not banned after 10 abusive connections")
 			}
 		})
+	}
+}
+
+// h2Bomb writes a request with one 4 KB field, which enters the dynamic table (index
+// 62), then n blocks of 96 one-byte references to it: each decodes to 384 KB, past
+// the parse limit, and Go's HTTP/2 server would answer it 431 itself, unseen by the
+// chain. One encoder writes them all, so that no other field enters the table.
+func h2Bomb(fr *http2.Framer, n int) error {
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	block := func(extra ...hpack.HeaderField) []byte {
+		buf.Reset()
+		for _, f := range append([]hpack.HeaderField{
+			{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+			{Name: ":authority", Value: "127.0.0.1"}, {Name: ":path", Value: "/"},
+		}, extra...) {
+			enc.WriteField(f)
+		}
+		return buf.Bytes()
+	}
+	bomb := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block(bomb), EndStream: true, EndHeaders: true})
+	refs := bytes.Repeat([]byte{0x80 | 62}, 96)
+	for i := range n {
+		b := append(block(), refs...)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(3 + 2*i), BlockFragment: b, EndStream: true, EndHeaders: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestH2HPACKBomb: the edge closes an HPACK bomb's connection at its first bomb block,
+// before Go's HTTP/2 server decodes it (no 431 comes back), and bans the source on a
+// repeat. It used to answer hundreds of them, 384 KB decoded each, until the unseen
+// stream bound (2 × max_streams_per_connection + 100) closed the connection.
+func TestH2HPACKBomb(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, nil)
+	for attempt := 1; !e.box.Banned(loopback); attempt++ {
+		if attempt > 10 {
+			t.Fatal("not banned after 10 bomb connections")
+		}
+		conn, fr := h2Dial(t, e.Addr().String())
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h2Bomb(fr, 50) // fails once the edge closes the connection
+		}()
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		statuses := map[string]int{}
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+					t.Fatalf("attempt %d: the bomb's connection is still open after 5 s (answers %v)", attempt, statuses)
+				}
+				break
+			}
+			if h, ok := f.(*http2.MetaHeadersFrame); ok {
+				statuses[h.PseudoValue("status")]++
+			}
+		}
+		conn.Close()
+		<-done
+		if statuses["431"] > 0 {
+			t.Fatalf("attempt %d: %d bomb blocks answered 431: the server decoded them (answers %v)", attempt, statuses["431"], statuses)
+		}
 	}
 }
 

@@ -455,7 +455,10 @@ func (s *Server) Serve() error {
 			WriteTimeout:  s.writeTimeout,
 			// A handler not yet started is one of the streams a client may have open.
 			MaxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection),
-			Report:    s.chargeAbuse,
+			// Past the edge's own limit a section gets 431 anyway; one that got there
+			// by table references is a bomb.
+			MaxHeaderBytes: maxHeaderBytes,
+			Report:         s.chargeAbuse,
 		}))
 	}()
 	err = <-errc

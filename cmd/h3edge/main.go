@@ -178,6 +178,11 @@ func serve(args []string, stderr io.Writer) int {
 	handler := newSwapHandler(newLogHandler(cfg.LogFormat, stderr))
 	log := slog.New(handler)
 	gogc, memLimit := tuneGC()
+	if gogc != 0 {
+		gcDone := make(chan struct{})
+		defer close(gcDone)
+		go followHeap(gcDone)
+	}
 
 	srv, err := edge.New(cfg, edge.Options{
 		Logger:       log,

@@ -37,6 +37,10 @@ type Config struct {
 	// (Go's server answers them itself: HPACK bombs, malformed requests), beyond a
 	// slack of 100; zero: not bounded. It needs Completions in front of the handler.
 	MaxUnseen int64
+	// MaxHeaderBytes is the decoded size (HPACK's: name, value and 32 bytes a field)
+	// past which a header block decoded from less than a sixteenth of that is an HPACK
+	// bomb (bomb.go); zero: no bomb checks. Needs Report.
+	MaxHeaderBytes int
 	// Report charges the source of a connection ended for abuse with charge
 	// rejections, for reason; it is called once per connection, from the goroutine
 	// that reads it, after the GOAWAY is sent. Nil: no abuse checks.
@@ -73,6 +77,9 @@ func (l listener) Accept() (net.Conn, error) {
 	g := &Conn{Conn: tc, timeout: l.c.HeaderTimeout, skip: prefaceLen, writeTimeout: l.c.WriteTimeout}
 	g.abuse.report = l.c.Report
 	g.abuse.maxUnseen = l.c.MaxUnseen
+	if l.c.Report != nil {
+		g.bomb.limit = l.c.MaxHeaderBytes
+	}
 	return g, nil
 }
 
@@ -97,6 +104,8 @@ type Conn struct {
 	nhdr    int  // bytes of the frame header read so far
 	hdr     [frameHeaderLen]byte
 	abuse   abuse
+	block   bool // the frame being skipped is HEADERS or CONTINUATION
+	bomb    bomb
 
 	// writeTimeout is Config.WriteTimeout; wdl is the write deadline in force and
 	// wrote what was written since it was set (write.go).
@@ -149,10 +158,13 @@ func (c *Conn) follow(b []byte) {
 			if c.abuse.want > 0 {
 				c.abuse.capture(b[:k])
 			}
+			if c.block {
+				c.block = c.follows(b[:k])
+			}
 			c.skip -= k
 			b = b[k:]
 			if c.skip == 0 && c.ends {
-				c.pending, c.ends = false, false
+				c.endSection()
 			}
 			continue
 		}
@@ -170,8 +182,30 @@ func (c *Conn) follow(b []byte) {
 		c.ends = (typ == frameHeaders || typ == frameContinuation) && flags&flagEndHeaders != 0
 		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
 		c.abuse.frame(typ, flags, c.skip, uint32(c.hdr[5]&0x7f)<<24|uint32(c.hdr[6])<<16|uint32(c.hdr[7])<<8|uint32(c.hdr[8]))
+		c.block = false
+		if typ == frameHeaders || typ == frameContinuation {
+			c.bomb.frame(typ, flags, c.skip)
+			c.block = c.skip > 0
+		}
 		if c.skip == 0 && c.ends {
-			c.pending, c.ends = false, false
+			c.endSection()
 		}
 	}
+}
+
+// follows feeds b, payload of a HEADERS or CONTINUATION frame, to the bomb guard and
+// reports whether the rest of the frame should be fed too.
+func (c *Conn) follows(b []byte) bool {
+	c.bomb.payload(b)
+	if c.bomb.bombed && c.abuse.report != nil && c.abuse.abused == "" {
+		c.abuse.abused = "HPACK bomb"
+		return false
+	}
+	return true
+}
+
+// endSection ends the pending header section (END_HEADERS).
+func (c *Conn) endSection() {
+	c.pending, c.ends = false, false
+	c.bomb.end()
 }

@@ -92,11 +92,13 @@ var rules = []rule{
 	// edge's that needs only the standard library (edge converts the configuration).
 	{pkg: "edge/route"},
 	{pkg: "edge/upstream"},
-	// The HTTP/2 frame guard on the TLS connections (header and write timeouts, abuse)
-	// and the request-body progress bound: std only, the one room below edge that wraps
-	// a listener, as it must see the bytes before Go's HTTP/2 server; a source is
-	// charged through a hook, so it knows no penalty box.
-	{pkg: "edge/h2guard"},
+	// The HTTP/2 frame guard on the TLS connections (header and write timeouts, abuse),
+	// the one room below edge that wraps a listener, as it must see the bytes before
+	// Go's HTTP/2 server; a source is charged through a hook, so it knows no penalty
+	// box. x/net's HPACK decoder (the one net/http vendors) keeps a copy of the
+	// server's dynamic table, to see an HPACK bomb before the server decodes it.
+	{pkg: "edge/h2guard", external: []string{"golang.org/x/net/http2/hpack"}},
+	// The request-body progress bound: std only.
 	{pkg: "edge/slowbody"},
 	{pkg: "edge/slowwrite"}, // the standard library only, as slowbody
 	// Overload shedding (limits.max_goroutines, the memory limit): runtime/metrics
