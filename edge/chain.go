@@ -42,7 +42,7 @@ func (s *Server) track(next http.Handler) http.Handler {
 			growStack() // on HTTP/3 mostly grown already (package h3serve): then it finds room
 		}
 		if r.ProtoMajor == 3 {
-			h3serve.LiftReadDeadline(w)
+			h3serve.Begin(w, r) // lifts the header deadline; a bodiless request gets http.NoBody
 		}
 		next.ServeHTTP(w, r)
 	})
