@@ -1,7 +1,10 @@
 // Package h3serve serves HTTP/3 with its own stream accept loop over quic-go's
 // http3.RawServerConn, so that every request stream gets a header read deadline
 // before quic-go parses its HEADERS frame, and a stream budget is charged when the
-// stream is accepted. It knows nothing of the edge: the budget is Config.Admit.
+// stream is accepted. Its own loop also lets it serve the request streams of connections
+// that finish their requests on reused goroutines (Server.worker), and tell the handler
+// when a request has no body (Begin). It knows nothing of the edge: the budget is
+// Config.Admit.
 package h3serve
 
 import (
@@ -47,6 +50,14 @@ type Server struct {
 	// the ConnContext hook (New) finds the *h3Conn of its *quic.Conn.
 	opening sync.Map
 
+	// work hands a request stream to a worker waiting for one (worker); unbuffered,
+	// so a send succeeds only when one waits. idle counts the waiting workers.
+	work chan job
+	idle atomic.Int32
+	// done is closed by Shutdown and Close: the waiting workers end.
+	done     chan struct{}
+	doneOnce sync.Once
+
 	// mu guards the fields below.
 	mu    sync.Mutex
 	conns map[*h3Conn]struct{}
@@ -68,9 +79,10 @@ type h3Conn struct {
 }
 
 // start counts a request stream in, or reports ok false once the server has stopped.
-// grow tells whether the stream's goroutine should grow its stack before quic-go reads
-// the request: only while the connection has finished at least as many requests as it
-// has open. A grown stack is 32 KiB, held while the stream waits for its HEADERS; a
+// grow tells whether the stream goes to a worker, whose stack is grown before quic-go
+// reads the request (Server.worker), or to a goroutine of its own that keeps its small
+// starting stack: a worker only while the connection has finished at least as many
+// requests as it has open. A grown stack is 32 KiB, held while the stream waits for its HEADERS; a
 // connection that opens streams and never finishes them (stream exhaustion) keeps its
 // goroutines at their small starting size (measured: 2 000 stalled streams cost 10 kB
 // each, 26 kB each with the stacks grown).
@@ -142,7 +154,7 @@ type Config struct {
 // New returns a Server of srv's handler and settings. It wraps srv.ConnContext, so
 // that each connection's context tells Begin where its request streams are.
 func New(srv *http3.Server, c Config) *Server {
-	h := &Server{srv: srv, c: c, conns: map[*h3Conn]struct{}{}}
+	h := &Server{srv: srv, c: c, conns: map[*h3Conn]struct{}{}, work: make(chan job), done: make(chan struct{})}
 	outer := srv.ConnContext
 	srv.ConnContext = func(ctx context.Context, conn *quic.Conn) context.Context {
 		if c, ok := h.opening.Load(conn); ok {
@@ -220,18 +232,64 @@ func (h *Server) serveConn(conn *quic.Conn) {
 			continue
 		}
 		str.SetReadDeadline(time.Now().Add(h.c.HeaderTimeout))
-		go func() {
-			defer c.end(str.StreamID())
-			// The stack grows here, while the goroutine is empty, rather than deeper
-			// down in quic-go's request parsing (crypto/tls's ConnectionState, whose
-			// frame grew in Go 1.27) and again in the handler: the handler's own growth then
-			// finds the room there.
-			if grow && h.c.Grow != nil {
-				h.c.Grow()
-			}
-			raw.HandleRequestStream(str)
-		}()
+		if !grow {
+			go c.serve(str) // small stack, its own goroutine: see h3Conn.start
+			continue
+		}
+		select {
+		case h.work <- job{c, str}:
+		default:
+			go h.worker(job{c, str})
+		}
 	}
+}
+
+// job is a request stream for a worker.
+type job struct {
+	c   *h3Conn
+	str *quic.Stream
+}
+
+// maxIdleWorkers bounds the workers waiting for a stream (worker): each holds a grown
+// stack (32 KiB, which the collector shrinks while it waits).
+const maxIdleWorkers = 256
+
+// worker serves request streams of connections that finish their requests
+// (h3Conn.start), one after the other: after each it waits for the next one, unless
+// maxIdleWorkers wait already. A new goroutine per request would start with a small
+// stack and grow it again (Config.Grow) — 1.3-1.5 µs of CPU per request with the
+// growth and the large stack's allocation and release (BenchmarkGrowStack in package
+// edge), against a hand-off on a channel to a goroutine whose stack has the room.
+func (h *Server) worker(j job) {
+	// The stack grows here, while the goroutine is empty, rather than deeper down in
+	// quic-go's request parsing (crypto/tls's ConnectionState, whose frame grew in Go
+	// 1.27) and again in the handler: the handler's own growth then finds the room
+	// there. The collector may shrink it while the worker waits; a later request then
+	// grows it where it needs to.
+	if h.c.Grow != nil {
+		h.c.Grow()
+	}
+	for {
+		j.c.serve(j.str)
+		if h.idle.Add(1) > maxIdleWorkers {
+			h.idle.Add(-1)
+			return
+		}
+		j = job{} // hold no finished connection while waiting
+		select {
+		case j = <-h.work:
+			h.idle.Add(-1)
+		case <-h.done:
+			h.idle.Add(-1)
+			return
+		}
+	}
+}
+
+// serve has quic-go handle one request stream, counted in by start.
+func (c *h3Conn) serve(str *quic.Stream) {
+	defer c.end(str.StreamID())
+	c.raw.HandleRequestStream(str)
 }
 
 // rejectStream refuses a request stream unread: H3_REQUEST_REJECTED both ways, and its
@@ -271,7 +329,7 @@ func (h *Server) remove(c *h3Conn) {
 // done and drainLinger has passed, and waits until every connection is gone, or ctx
 // ends (then it closes them and returns ctx's error). Close the listener first.
 func (h *Server) Shutdown(ctx context.Context) error {
-	h.stopped.Store(true)
+	h.stop()
 	h.mu.Lock()
 	if h.empty == nil {
 		h.empty = make(chan struct{})
@@ -291,6 +349,12 @@ func (h *Server) Shutdown(ctx context.Context) error {
 		h.Close()
 		return ctx.Err()
 	}
+}
+
+// stop refuses new connections and streams and ends the waiting workers.
+func (h *Server) stop() {
+	h.stopped.Store(true)
+	h.doneOnce.Do(func() { close(h.done) })
 }
 
 // drainLinger is how long a draining connection stays open after its last response:
@@ -321,7 +385,7 @@ func (h *Server) drain(ctx context.Context, c *h3Conn) {
 
 // Close closes every connection at once, aborting the requests in flight.
 func (h *Server) Close() {
-	h.stopped.Store(true)
+	h.stop()
 	h.mu.Lock()
 	conns := make([]*h3Conn, 0, len(h.conns))
 	for c := range h.conns {

@@ -2,14 +2,8 @@ package h3serve
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -18,13 +12,19 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/h3edge/h3edge/bench/testkit"
+	"github.com/h3edge/h3edge/certs"
 )
 
 // serveTest serves h on a Server over QUIC on loopback and returns a client
 // connection to it.
 func serveTest(t *testing.T, h http.Handler) (*http3.ClientConn, *Server) {
 	t.Helper()
-	cert := selfSigned(t)
+	cert, err := certs.SelfSigned()
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}})}
 	hs := New(srv, Config{HeaderTimeout: 10 * time.Second})
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -65,18 +65,27 @@ func mustUDP(t *testing.T) *net.UDPConn {
 	return u
 }
 
-func selfSigned(t *testing.T) tls.Certificate {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+// TestWorkersServeInTurn: once a request is done its goroutine waits for the next
+// stream (Server.worker) instead of ending, the next requests are served on it, and
+// Close ends the waiting workers.
+func TestWorkersServeInTurn(t *testing.T) {
+	cc, hs := serveTest(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Begin(w, r)
+		io.WriteString(w, "ok")
+	}))
+	for range 10 {
+		req, _ := http.NewRequest(http.MethodGet, "https://localhost/x", nil)
+		if got := roundTrip(t, cc, req); got != "ok" {
+			t.Fatalf("response %q", got)
+		}
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
+	// The client has its response before the worker has counted itself idle.
+	testkit.WaitFor(t, 5*time.Second, "a worker waiting", func() bool { return hs.idle.Load() > 0 })
+	if n := hs.idle.Load(); n > 2 {
+		t.Errorf("%d workers wait after 10 requests one after the other, want 1 or 2", n)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	hs.Close()
+	testkit.WaitFor(t, 5*time.Second, "the waiting workers to end", func() bool { return hs.idle.Load() == 0 })
 }
 
 // TestBeginEmptyBody: a GET whose stream ends with its HEADERS frame reaches the
