@@ -2,27 +2,31 @@
 # upstream-cost.sh: what h3edge's proxy leg costs in one build against another, as the
 # ratio of CPU per proxied request (issue 12 kept the proxy path of `upstream: URL`).
 #
-#   bench/upstream-cost.sh [-s SECONDS] [-r ROUNDS] BASE NEW
+#   bench/upstream-cost.sh [-p h2|h3|h1] [-s SECONDS] [-r ROUNDS] BASE NEW
 #
 # BASE and NEW are h3edge binaries. Each serves `upstream:` to its own Go HTTP/1.1
 # origin (net/http, "ok"); both h3edges run side by side on CPU 0, the origins and one
-# h2load each (-c 16 -m 16) on CPU 1, so both meet the same machine. Each round prints
-# both builds' CPU µs per request (utime+stime from /proc ÷ requests h2load saw
-# succeed) and NEW ÷ BASE. Run it with BASE as NEW too to see the script's own bias
-# (on the VM of 2026-12-01 the second slot read 0.98–0.99). Needs taskset and h2load;
-# traffic stays on 127.0.0.1; every run stops by itself.
+# client each on CPU 1, so both meet the same machine: h2load -c 16 -m 16 for h2 (the
+# default), h2load --h1 -c 64 for h1, h3bench (the quic-go client, built from this
+# module) -c 16 -m 16 for h3. Each round prints both builds' CPU µs per request
+# (utime+stime from /proc ÷ requests the client saw succeed) and NEW ÷ BASE. Run it
+# with BASE as NEW too to see the script's own bias (on the VM of 2026-12-01 the second
+# slot read 0.98–0.99). Needs taskset and h2load; traffic stays on 127.0.0.1; every
+# run stops by itself.
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3 # go.mod's Go (README)
-secs=4 rounds=3
-while getopts "s:r:" o; do
+secs=4 rounds=3 proto=h2
+while getopts "p:s:r:" o; do
 	case $o in
+	p) proto=$OPTARG ;;
 	s) secs=$OPTARG ;;
 	r) rounds=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-s SECONDS] [-r ROUNDS] BASE NEW" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-p h2|h3|h1] [-s SECONDS] [-r ROUNDS] BASE NEW" >&2; exit 2; }
+case $proto in h2 | h3 | h1) ;; *) echo "upstream-cost: -p h2, h3 or h1" >&2; exit 2 ;; esac
 base=$1 new=$2
 d=$(mktemp -d)
 pids=()
@@ -40,6 +44,18 @@ func main() {
 }
 GO
 (cd "$d" && go build -o origin origin.go)
+if [ "$proto" = h3 ]; then
+	(cd "$(dirname "$0")/.." && go build -o "$d/h3bench" ./cmd/h3bench)
+fi
+# load PORT OUT: one client's run against PORT; OUT gets a line "N succeeded".
+load() {
+	case $proto in
+	h2) taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$1/" >"$2" 2>&1 ;;
+	h1) taskset -c 1 h2load --h1 -c 64 -D "$secs" "https://127.0.0.1:$1/" >"$2" 2>&1 ;;
+	h3) taskset -c 1 "$d/h3bench" -proto h3 -insecure -c 16 -m 16 -d "${secs}s" -warmup 0s \
+		-url "https://127.0.0.1:$1/" 2>&1 | awk '/^status/ {for (i = 2; i < NF; i += 2) if ($i == "200:") n = $(i + 1)} END {print n + 0, "succeeded"}' >"$2" ;;
+	esac
+}
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # start BINARY: an origin and an h3edge proxying to it; sets spid and sport. Not in a
 # subshell, so that the trap knows every process to stop.
@@ -70,9 +86,9 @@ done
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 for _ in $(seq "$rounds"); do
 	b0=$(cpu "$pb") n0=$(cpu "$pn")
-	taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$portb/" >"$d/b.txt" 2>&1 &
+	load "$portb" "$d/b.txt" &
 	h1=$!
-	taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$portn/" >"$d/n.txt" 2>&1 &
+	load "$portn" "$d/n.txt" &
 	h2=$!
 	wait $h1 $h2
 	b1=$(cpu "$pb") n1=$(cpu "$pn")

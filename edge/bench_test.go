@@ -174,3 +174,33 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// BenchmarkGrowStack: a new goroutine that grows its stack with growStack, then runs a
+// path about 12 KiB deep, as a request goroutine does; "again" is the call on a stack
+// that has the room already (the chain's second call on HTTP/3).
+func BenchmarkGrowStack(b *testing.B) {
+	b.Run("goroutine", func(b *testing.B) {
+		done := make(chan int)
+		for range b.N {
+			go func() { growStack(); done <- deepStack(100) }()
+			<-done
+		}
+	})
+	b.Run("again", func(b *testing.B) {
+		for range b.N {
+			growStack()
+		}
+	})
+}
+
+// deepStack uses about 100 bytes of stack per level.
+//
+//go:noinline
+func deepStack(d int) int {
+	var x [64]byte
+	x[d%64] = byte(d)
+	if d == 0 {
+		return int(x[0])
+	}
+	return deepStack(d-1) + int(x[d%64])
+}

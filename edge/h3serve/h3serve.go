@@ -1,12 +1,16 @@
 // Package h3serve serves HTTP/3 with its own stream accept loop over quic-go's
 // http3.RawServerConn, so that every request stream gets a header read deadline
 // before quic-go parses its HEADERS frame, and a stream budget is charged when the
-// stream is accepted. It knows nothing of the edge: the budget is Config.Admit.
+// stream is accepted. Its own loop also lets it serve the request streams of connections
+// that finish their requests on reused goroutines (Server.worker), and tell the handler
+// when a request has no body (Begin). It knows nothing of the edge: the budget is
+// Config.Admit.
 package h3serve
 
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +46,18 @@ type Server struct {
 	// stopped is set by Shutdown and Close: new connections and streams are refused.
 	stopped atomic.Bool
 
+	// opening holds each connection while quic-go makes its RawServerConn, so that
+	// the ConnContext hook (New) finds the *h3Conn of its *quic.Conn.
+	opening sync.Map
+
+	// work hands a request stream to a worker waiting for one (worker); unbuffered,
+	// so a send succeeds only when one waits. idle counts the waiting workers.
+	work chan job
+	idle atomic.Int32
+	// done is closed by Shutdown and Close: the waiting workers end.
+	done     chan struct{}
+	doneOnce sync.Once
+
 	// mu guards the fields below.
 	mu    sync.Mutex
 	conns map[*h3Conn]struct{}
@@ -55,34 +71,43 @@ type h3Conn struct {
 
 	// mu guards the fields below. A stream is started under it only while the server
 	// is not stopped, so once stopped is set and idle seen closed, no stream follows.
-	mu     sync.Mutex
-	active int           // request streams being handled
-	served int           // request streams handled to the end
-	idle   chan struct{} // closed when active falls to 0; nil unless waited for
+	mu      sync.Mutex
+	active  int                            // request streams being handled
+	served  int                            // request streams handled to the end
+	idle    chan struct{}                  // closed when active falls to 0; nil unless waited for
+	streams map[quic.StreamID]*quic.Stream // the request streams being handled, for Begin
 }
 
 // start counts a request stream in, or reports ok false once the server has stopped.
-// grow tells whether the stream's goroutine should grow its stack before quic-go reads
-// the request: only while the connection has finished at least as many requests as it
-// has open. A grown stack is 32 KiB, held while the stream waits for its HEADERS; a
+// grow tells whether the stream goes to a worker, whose stack is grown before quic-go
+// reads the request (Server.worker), or to a goroutine of its own that keeps its small
+// starting stack: a worker only while the connection has finished at least as many
+// requests as it has open. A grown stack is 32 KiB, held while the stream waits for its HEADERS; a
 // connection that opens streams and never finishes them (stream exhaustion) keeps its
 // goroutines at their small starting size (measured: 2 000 stalled streams cost 10 kB
 // each, 26 kB each with the stacks grown).
-func (c *h3Conn) start(h *Server) (ok, grow bool) {
+func (c *h3Conn) start(h *Server, str *quic.Stream) (ok, grow bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h.stopped.Load() {
 		return false, false
 	}
 	c.active++
+	if str != nil {
+		if c.streams == nil {
+			c.streams = map[quic.StreamID]*quic.Stream{}
+		}
+		c.streams[str.StreamID()] = str
+	}
 	return true, c.served >= c.active
 }
 
 // end counts a request stream out, once its handler has returned and quic-go has
 // finished its response.
-func (c *h3Conn) end() {
+func (c *h3Conn) end(id quic.StreamID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.streams, id)
 	c.served++
 	if c.active--; c.active == 0 && c.idle != nil {
 		close(c.idle)
@@ -126,10 +151,25 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// New returns a Server of srv's handler and settings.
+// New returns a Server of srv's handler and settings. It wraps srv.ConnContext, so
+// that each connection's context tells Begin where its request streams are.
 func New(srv *http3.Server, c Config) *Server {
-	return &Server{srv: srv, c: c, conns: map[*h3Conn]struct{}{}}
+	h := &Server{srv: srv, c: c, conns: map[*h3Conn]struct{}{}, work: make(chan job), done: make(chan struct{})}
+	outer := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, conn *quic.Conn) context.Context {
+		if c, ok := h.opening.Load(conn); ok {
+			ctx = context.WithValue(ctx, connKey{}, c)
+		}
+		if outer != nil {
+			ctx = outer(ctx, conn)
+		}
+		return ctx
+	}
+	return h
 }
+
+// connKey is the context key of a connection's *h3Conn.
+type connKey struct{}
 
 // Serve accepts connections from ln until it is closed; then it returns
 // http.ErrServerClosed, as http3.Server.ServeListener does.
@@ -151,13 +191,16 @@ func (h *Server) Serve(ln http3.QUICListener) error {
 
 // serveConn runs one connection's stream accept loop, as http3.Server does.
 func (h *Server) serveConn(conn *quic.Conn) {
+	c := &h3Conn{conn: conn}
+	h.opening.Store(conn, c)
 	raw, err := h.srv.NewRawServerConn(conn)
+	h.opening.Delete(conn)
 	if err != nil {
 		h.c.Log.Debug("HTTP/3 connection not served", "error", err)
 		conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeInternalError), "")
 		return
 	}
-	c := &h3Conn{conn: conn, raw: raw}
+	c.raw = raw
 	h.mu.Lock()
 	if h.stopped.Load() {
 		h.mu.Unlock()
@@ -183,24 +226,70 @@ func (h *Server) serveConn(conn *quic.Conn) {
 			rejectStream(str)
 			continue
 		}
-		ok, grow := c.start(h)
+		ok, grow := c.start(h, str)
 		if !ok {
 			rejectStream(str)
 			continue
 		}
 		str.SetReadDeadline(time.Now().Add(h.c.HeaderTimeout))
-		go func() {
-			defer c.end()
-			// The stack grows here, while the goroutine is empty, rather than deeper
-			// down in quic-go's request parsing (crypto/tls's ConnectionState, whose
-			// frame grew in Go 1.27) and again in the handler: the handler's own growth then
-			// finds the room there.
-			if grow && h.c.Grow != nil {
-				h.c.Grow()
-			}
-			raw.HandleRequestStream(str)
-		}()
+		if !grow {
+			go c.serve(str) // small stack, its own goroutine: see h3Conn.start
+			continue
+		}
+		select {
+		case h.work <- job{c, str}:
+		default:
+			go h.worker(job{c, str})
+		}
 	}
+}
+
+// job is a request stream for a worker.
+type job struct {
+	c   *h3Conn
+	str *quic.Stream
+}
+
+// maxIdleWorkers bounds the workers waiting for a stream (worker): each holds a grown
+// stack (32 KiB, which the collector shrinks while it waits).
+const maxIdleWorkers = 256
+
+// worker serves request streams of connections that finish their requests
+// (h3Conn.start), one after the other: after each it waits for the next one, unless
+// maxIdleWorkers wait already. A new goroutine per request would start with a small
+// stack and grow it again (Config.Grow) — 1.3-1.5 µs of CPU per request with the
+// growth and the large stack's allocation and release (BenchmarkGrowStack in package
+// edge), against a hand-off on a channel to a goroutine whose stack has the room.
+func (h *Server) worker(j job) {
+	// The stack grows here, while the goroutine is empty, rather than deeper down in
+	// quic-go's request parsing (crypto/tls's ConnectionState, whose frame grew in Go
+	// 1.27) and again in the handler: the handler's own growth then finds the room
+	// there. The collector may shrink it while the worker waits; a later request then
+	// grows it where it needs to.
+	if h.c.Grow != nil {
+		h.c.Grow()
+	}
+	for {
+		j.c.serve(j.str)
+		if h.idle.Add(1) > maxIdleWorkers {
+			h.idle.Add(-1)
+			return
+		}
+		j = job{} // hold no finished connection while waiting
+		select {
+		case j = <-h.work:
+			h.idle.Add(-1)
+		case <-h.done:
+			h.idle.Add(-1)
+			return
+		}
+	}
+}
+
+// serve has quic-go handle one request stream, counted in by start.
+func (c *h3Conn) serve(str *quic.Stream) {
+	defer c.end(str.StreamID())
+	c.raw.HandleRequestStream(str)
 }
 
 // rejectStream refuses a request stream unread: H3_REQUEST_REJECTED both ways, and its
@@ -240,7 +329,7 @@ func (h *Server) remove(c *h3Conn) {
 // done and drainLinger has passed, and waits until every connection is gone, or ctx
 // ends (then it closes them and returns ctx's error). Close the listener first.
 func (h *Server) Shutdown(ctx context.Context) error {
-	h.stopped.Store(true)
+	h.stop()
 	h.mu.Lock()
 	if h.empty == nil {
 		h.empty = make(chan struct{})
@@ -260,6 +349,12 @@ func (h *Server) Shutdown(ctx context.Context) error {
 		h.Close()
 		return ctx.Err()
 	}
+}
+
+// stop refuses new connections and streams and ends the waiting workers.
+func (h *Server) stop() {
+	h.stopped.Store(true)
+	h.doneOnce.Do(func() { close(h.done) })
 }
 
 // drainLinger is how long a draining connection stays open after its last response:
@@ -290,7 +385,7 @@ func (h *Server) drain(ctx context.Context, c *h3Conn) {
 
 // Close closes every connection at once, aborting the requests in flight.
 func (h *Server) Close() {
-	h.stopped.Store(true)
+	h.stop()
 	h.mu.Lock()
 	conns := make([]*h3Conn, 0, len(h.conns))
 	for c := range h.conns {
@@ -302,9 +397,60 @@ func (h *Server) Close() {
 	}
 }
 
+// Begin is what the handler does first with an HTTP/3 request a Server serves. It
+// lifts the header read deadline Server set on the request's stream, now that quic-go
+// has parsed the header section (the body may take its time), and when the stream
+// ended with its header section — the peer's FIN received and nothing after the
+// HEADERS frame — it sets r.Body to http.NoBody and r.ContentLength to 0, as
+// net/http's HTTP/2 server does for a HEADERS frame with END_STREAM. quic-go gives
+// every request a body whose first read finds out that it is empty; a handler that
+// sees http.NoBody skips all its body work: no body-timeout watch, no probe for a body
+// to forward, no Close that cancels the stream's read side. A stream that is still
+// open (its FIN, or a body, yet to come or not yet read) keeps its body, as does a
+// CONNECT (a tunnel) and a request announcing Content-Length above 0.
+//
+// r is changed in place: it is quic-go's request, which quic-go does not look at once
+// the handler runs, and a copy would cost an allocation per request. A request that
+// no Server serves (an http3.Server of its own) only has its read deadline lifted.
+func Begin(w http.ResponseWriter, r *http.Request) {
+	str := requestStream(r)
+	if str == nil {
+		LiftReadDeadline(w)
+		return
+	}
+	if r.ContentLength <= 0 && r.Method != http.MethodConnect && r.Body != nil && r.Body != http.NoBody {
+		// A deadline already past makes Peek answer at once: io.EOF when the
+		// stream has ended and everything before its end was read, the deadline's
+		// error otherwise — also when data is waiting, which a body may be.
+		str.SetReadDeadline(pastDeadline)
+		var b [1]byte
+		if n, err := str.Peek(b[:]); n == 0 && err == io.EOF {
+			r.Body, r.ContentLength = http.NoBody, 0
+		}
+	}
+	str.SetReadDeadline(time.Time{})
+}
+
+// pastDeadline is a read deadline that has passed (quic-go treats the zero time as
+// none).
+var pastDeadline = time.Unix(1, 0)
+
+// requestStream returns the QUIC stream of r, an HTTP/3 request served by a Server,
+// or nil. quic-go's request body names its stream's ID.
+func requestStream(r *http.Request) *quic.Stream {
+	c, _ := r.Context().Value(connKey{}).(*h3Conn)
+	b, ok := r.Body.(interface{ StreamID() quic.StreamID })
+	if c == nil || !ok {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams[b.StreamID()]
+}
+
 // LiftReadDeadline removes the header read deadline Server set on an HTTP/3 request's
 // stream, once quic-go has parsed the header section: the body may take its time.
-// The handler calls it first.
+// Begin does it for the requests a Server serves.
 func LiftReadDeadline(w http.ResponseWriter) {
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 }

@@ -14,14 +14,14 @@ func TestGrowsStacksWhileServing(t *testing.T) {
 	var grows []bool
 	step := func(open, finish int) {
 		for range open {
-			ok, grow := c.start(h)
+			ok, grow := c.start(h, nil)
 			if !ok {
 				t.Fatal("refused before shutdown")
 			}
 			grows = append(grows, grow)
 		}
 		for range finish {
-			c.end()
+			c.end(0)
 		}
 	}
 	step(3, 0) // a new connection: nothing served yet
@@ -32,7 +32,7 @@ func TestGrowsStacksWhileServing(t *testing.T) {
 		t.Errorf("grow per stream %v, want %v", grows, want)
 	}
 	h.stopped.Store(true)
-	if ok, _ := c.start(h); ok {
+	if ok, _ := c.start(h, nil); ok {
 		t.Error("a stream started after shutdown")
 	}
 	select {
@@ -41,7 +41,7 @@ func TestGrowsStacksWhileServing(t *testing.T) {
 	default:
 	}
 	for range 4 {
-		c.end()
+		c.end(0)
 	}
 	<-c.waitIdle()
 }

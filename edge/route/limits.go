@@ -23,17 +23,19 @@ func (rt *Route) Serve(w http.ResponseWriter, r *http.Request, tooLarge func(htt
 		tooLarge(w, r, rt)
 		return
 	}
-	// A copy, so that what runs around the route (metrics, logs) keeps the request as
-	// it came.
-	out := new(http.Request)
-	*out = *r
-	u := *r.URL
-	out.URL = &u
-	r = out
-	if rt.maxBody > 0 {
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &limitedBody{ReadCloser: r.Body, left: rt.maxBody, route: rt}
-		}
+	// A copy when the route changes the request, so that what runs around the route
+	// (metrics, logs) keeps it as it came; a route that changes nothing (no body to
+	// bound, no prefix to strip) spares the two allocations.
+	limit := rt.maxBody > 0 && r.Body != nil && r.Body != http.NoBody
+	if limit || rt.stripPrefix != "" {
+		out := new(http.Request)
+		*out = *r
+		u := *r.URL
+		out.URL = &u
+		r = out
+	}
+	if limit {
+		r.Body = &limitedBody{ReadCloser: r.Body, left: rt.maxBody, route: rt}
 	}
 	if rt.stripPrefix != "" {
 		r.URL.Path = strip(r.URL.Path, rt.stripPrefix)

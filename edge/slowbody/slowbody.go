@@ -28,8 +28,14 @@ const Progress = 1 << 10
 // a body, or with d not positive, it returns r and a nil Body (whose Stop does
 // nothing). A read pays a timer reset and two clock readings; only when the timer
 // fires does the read get a past deadline.
+//
+// A request of length 0 without a Content-Length field has no body either: net/http's
+// HTTP/2 server gives a request whose HEADERS frame ended the stream a body of its
+// own (which reads io.EOF at once) rather than http.NoBody, and ContentLength 0 only
+// then (an open stream without the field has -1). With the field, "Content-Length: 0"
+// on a stream left open, a read waits for the stream's end: that one is watched.
 func Watch(w http.ResponseWriter, r *http.Request, d time.Duration) (*http.Request, *Body) {
-	if r.Body == nil || r.Body == http.NoBody || d <= 0 {
+	if r.Body == nil || r.Body == http.NoBody || d <= 0 || r.ContentLength == 0 && r.Header["Content-Length"] == nil {
 		return r, nil
 	}
 	b := &Body{ReadCloser: r.Body, w: w, d: d, left: d}

@@ -67,3 +67,47 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("a stalled body: %d, want 408", resp.StatusCode)
 	}
 }
+
+// TestWatchSkipsNoBody: an HTTP/2 GET, whose HEADERS frame ends the stream, reaches the
+// handler with a body of net/http's (not http.NoBody) and is not watched; a request
+// announcing "Content-Length: 0", which may leave its stream open, is.
+func TestWatchSkipsNoBody(t *testing.T) {
+	watched := make(chan bool, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, b := Watch(w, r, time.Second)
+		defer b.Stop()
+		io.Copy(io.Discard, r.Body)
+		watched <- b != nil
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	for _, c := range []struct {
+		name  string
+		req   func() *http.Request
+		watch bool
+	}{
+		{"GET", func() *http.Request { r, _ := http.NewRequest("GET", srv.URL, nil); return r }, false},
+		{"POST, Content-Length: 0", func() *http.Request {
+			r, _ := http.NewRequest("POST", srv.URL, http.NoBody)
+			r.Header.Set("Content-Length", "0")
+			return r
+		}, true},
+		{"POST with a body", func() *http.Request {
+			r, _ := http.NewRequest("POST", srv.URL, strings.NewReader("data"))
+			return r
+		}, true},
+	} {
+		resp, err := srv.Client().Do(c.req())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s: served over HTTP/%d, want 2", c.name, resp.ProtoMajor)
+		}
+		if got := <-watched; got != c.watch {
+			t.Errorf("%s: watched %v, want %v", c.name, got, c.watch)
+		}
+	}
+}

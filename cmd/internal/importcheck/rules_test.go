@@ -106,7 +106,8 @@ var rules = []rule{
 	{pkg: "edge/overload", tests: []string{"bench/testkit"}},
 	// HTTP/3's stream accept loop over quic-go's RawServerConn, with the header read
 	// deadline and the stream budget (a hook) before HEADERS are parsed: quic-go only.
-	{pkg: "edge/h3serve", external: []string{"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3"}},
+	{pkg: "edge/h3serve", external: []string{"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3"},
+		tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned, WaitFor: tests over real QUIC
 	// http_listen's redirects and ACME HTTP-01 answers (through a hook): std only.
 	{pkg: "edge/plainhttp"},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
