@@ -2,27 +2,34 @@
 # upstream-cost.sh: what h3edge's proxy leg costs in one build against another, as the
 # ratio of CPU per proxied request (issue 12 kept the proxy path of `upstream: URL`).
 #
-#   bench/upstream-cost.sh [-s SECONDS] [-r ROUNDS] BASE NEW
+#   bench/upstream-cost.sh [-p h2|h1] [-s SECONDS] [-r ROUNDS] BASE NEW
 #
 # BASE and NEW are h3edge binaries. Each serves `upstream:` to its own Go HTTP/1.1
 # origin (net/http, "ok"); both h3edges run side by side on CPU 0, the origins and one
-# h2load each (-c 16 -m 16) on CPU 1, so both meet the same machine. Each round prints
+# h2load each on CPU 1 (-p h2, the default: HTTP/2, -c 16 -m 16; -p h1: HTTP/1.1,
+# --h1 -c 64), so both meet the same machine. Each round prints
 # both builds' CPU µs per request (utime+stime from /proc ÷ requests h2load saw
 # succeed) and NEW ÷ BASE. Run it with BASE as NEW too to see the script's own bias
 # (on the VM of 2026-12-01 the second slot read 0.98–0.99). Needs taskset and h2load;
 # traffic stays on 127.0.0.1; every run stops by itself.
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3 # go.mod's Go (README)
-secs=4 rounds=3
-while getopts "s:r:" o; do
+secs=4 rounds=3 proto=h2
+while getopts "p:s:r:" o; do
 	case $o in
+	p) proto=$OPTARG ;;
 	s) secs=$OPTARG ;;
 	r) rounds=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-s SECONDS] [-r ROUNDS] BASE NEW" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-p h2|h1] [-s SECONDS] [-r ROUNDS] BASE NEW" >&2; exit 2; }
+case $proto in
+h2) load=(-c 16 -m 16) ;;
+h1) load=(--h1 -c 64) ;;
+*) echo "upstream-cost: -p h2 or h1" >&2; exit 2 ;;
+esac
 base=$1 new=$2
 d=$(mktemp -d)
 pids=()
@@ -70,9 +77,9 @@ done
 cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
 for _ in $(seq "$rounds"); do
 	b0=$(cpu "$pb") n0=$(cpu "$pn")
-	taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$portb/" >"$d/b.txt" 2>&1 &
+	taskset -c 1 h2load "${load[@]}" -D "$secs" "https://127.0.0.1:$portb/" >"$d/b.txt" 2>&1 &
 	h1=$!
-	taskset -c 1 h2load -c 16 -m 16 -D "$secs" "https://127.0.0.1:$portn/" >"$d/n.txt" 2>&1 &
+	taskset -c 1 h2load "${load[@]}" -D "$secs" "https://127.0.0.1:$portn/" >"$d/n.txt" 2>&1 &
 	h2=$!
 	wait $h1 $h2
 	b1=$(cpu "$pb") n1=$(cpu "$pn")
