@@ -397,10 +397,16 @@ type h1Conn struct {
 	nread     int64 // bytes read during the current request
 	idleSince time.Time
 	stop      func() bool // ends the watch of the current request's context
+	abort     func()      // the watch's action: fail the read or write in progress
+	// readDeadline tells that a read deadline may be set on nc: the last request's
+	// bound on its header, left in place when the body had arrived with the header
+	// (nothing more is read before the next request sets its own).
+	readDeadline bool
 }
 
 func newH1Conn(c *h1Client, nc net.Conn) *h1Conn {
 	pc := &h1Conn{c: c, nc: nc}
+	pc.abort = func() { pc.nc.SetDeadline(aLongTimeAgo) } // made once, not per request
 	pc.br = bufio.NewReaderSize(readCounter{pc}, 4<<10)
 	pc.bw = bufio.NewWriterSize(nc, 4<<10)
 	return pc
@@ -426,6 +432,7 @@ func (pc *h1Conn) alive() bool {
 	pc.nc.SetReadDeadline(aLongTimeAgo)
 	_, err := pc.br.Peek(1)
 	pc.nc.SetReadDeadline(time.Time{})
+	pc.readDeadline = false
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
@@ -435,11 +442,16 @@ func (pc *h1Conn) alive() bool {
 func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) (*http.Response, error) {
 	ctx := req.Context()
 	pc.nread = 0
-	pc.stop = context.AfterFunc(ctx, func() { pc.nc.SetDeadline(aLongTimeAgo) })
-	if !deadline.IsZero() {
+	pc.stop = context.AfterFunc(ctx, pc.abort)
+	switch {
+	case !deadline.IsZero():
 		// The write of a request of at most maxInlineBody does not block on
 		// loopback buffers; the read of the header is what waits for the origin.
 		pc.nc.SetReadDeadline(deadline)
+		pc.readDeadline = true
+	case pc.readDeadline:
+		pc.nc.SetReadDeadline(time.Time{})
+		pc.readDeadline = false
 	}
 	fail := func(err error) (*http.Response, error) {
 		pc.stop()
@@ -462,8 +474,9 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) 
 			return fail(err)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			if !deadline.IsZero() {
+			if pc.readDeadline && !pc.bodyBuffered(resp) {
 				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
+				pc.readDeadline = false
 				if ctx.Err() != nil {
 					pc.nc.SetDeadline(aLongTimeAgo) // the watch fired before the line above
 				}
@@ -487,6 +500,17 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) 
 			}
 		}
 	}
+}
+
+// bodyBuffered reports whether resp's body came with its header: it is read from br
+// to its end without a read on the connection, so the header's deadline can stay
+// (one deadline change less per request: each is a runtime timer update). A chunked
+// body or one of unknown length is read from the connection.
+func (pc *h1Conn) bodyBuffered(resp *http.Response) bool {
+	if resp.Body == http.NoBody {
+		return true
+	}
+	return len(resp.TransferEncoding) == 0 && resp.ContentLength >= 0 && int64(pc.br.Buffered()) >= resp.ContentLength
 }
 
 // h1Body is a response body; at its end the connection goes back to the client (or

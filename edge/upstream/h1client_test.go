@@ -148,3 +148,49 @@ func TestH1ClientCapShared(t *testing.T) {
 		t.Errorf("%d connections open at once to the target, want at most 2", p)
 	}
 }
+
+// TestH1ClientBodyOutlivesTimeout: the timeout bounds the wait for a response header
+// only. On a connection whose last response came whole with its header (which leaves
+// that header's deadline on the connection), a body that streams for longer than the
+// timeout arrives whole, and a streamed body is not cut either.
+func TestH1ClientBodyOutlivesTimeout(t *testing.T) {
+	const timeout = 150 * time.Millisecond
+	var conns atomic.Int32
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/small" {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Content-Length", "10")
+		io.WriteString(w, "first")
+		w.(http.Flusher).Flush()
+		<-time.After(3 * timeout) // the rest comes after the header's deadline passed
+		io.WriteString(w, "-last")
+	}))
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	url := front(t, newPool(t, Config{Timeout: timeout, MaxConnections: 1, Targets: []Target{tgt(t, o.URL, 1)}}))
+	for _, path := range []string{"/small", "/slow", "/small", "/small", "/slow"} {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := "ok"
+		if path == "/slow" {
+			want = "first-last"
+		}
+		if err != nil || resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("%s: status %d body %q (%v), want 200 %q", path, resp.StatusCode, body, err, want)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections to the origin, want 1 (kept alive throughout)", n)
+	}
+}

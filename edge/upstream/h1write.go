@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,16 +53,17 @@ func appendRequestHead(b *[]byte, req *http.Request) (*[]byte, error) {
 	if !plainHost(host) {
 		return b, errNotPlain
 	}
-	ruri := req.URL.RequestURI()
-	if containsCTL(ruri) {
-		return b, errNotPlain
-	}
 	method := req.Method
 	if method == "" {
 		method = "GET"
 	}
-	h := *b
-	h = append(append(append(append(h, method...), ' '), ruri...), " HTTP/1.1\r\nHost: "...)
+	h := append(append(*b, method...), ' ')
+	start := len(h)
+	h = appendRequestURI(h, req.URL)
+	if containsCTL(string(h[start:])) {
+		return b, errNotPlain
+	}
+	h = append(h, " HTTP/1.1\r\nHost: "...)
 	h = append(append(h, host...), "\r\n"...)
 	ua := "Go-http-client/1.1"
 	if vs, ok := req.Header["User-Agent"]; ok {
@@ -104,6 +106,23 @@ func appendRequestHead(b *[]byte, req *http.Request) (*[]byte, error) {
 	h = append(h, "\r\n"...)
 	*b = h
 	return b, nil
+}
+
+// appendRequestURI appends u.RequestURI() to h without making the string: path and
+// query are appended apart (RequestURI joins them with a concatenation per request).
+func appendRequestURI(h []byte, u *url.URL) []byte {
+	path := ""
+	if u.Opaque == "" {
+		path = u.EscapedPath()
+	}
+	if u.Opaque != "" || path == "" || strings.HasPrefix(path, "//") {
+		return append(h, u.RequestURI()...) // the rare forms: RequestURI's own rules
+	}
+	h = append(h, path...)
+	if u.ForceQuery || u.RawQuery != "" {
+		h = append(append(h, '?'), u.RawQuery...)
+	}
+	return h
 }
 
 // plainHost reports whether host is made of the bytes net/http's Host check

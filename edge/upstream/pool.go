@@ -173,6 +173,7 @@ type Pool struct {
 	budget  retryBudget
 	stats   poolStats
 	rr      smoothRR
+	host    string // "upstream." + Name: the outgoing URL's host until a try picks the target
 
 	inflight atomic.Int64
 	closed   atomic.Bool
@@ -207,7 +208,7 @@ func New(cfg Config) (*Pool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Pool{cfg: cfg, log: log.With("component", "upstream", "upstream", cfg.Name)}
+	p := &Pool{cfg: cfg, log: log.With("component", "upstream", "upstream", cfg.Name), host: "upstream." + cfg.Name}
 	p.ctx, p.stop = context.WithCancel(context.Background())
 	for i, t := range cfg.Targets {
 		if t.URL == nil || t.URL.Host == "" {
@@ -260,7 +261,7 @@ func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // rewrite points the outgoing request at the pool; the try picks the target.
 func (p *Pool) rewrite(pr *httputil.ProxyRequest) {
-	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "upstream."+p.cfg.Name
+	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", p.host
 	pr.Out.Host = pr.In.Host
 	if p.cfg.Rewrite != nil {
 		p.cfg.Rewrite(pr)

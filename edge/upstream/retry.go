@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -95,21 +96,21 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 	)
 	start := time.Now()
 	dt, direct := t.rt.(deadlineTransport)
-	if direct {
-		out = new(http.Request)
-		*out = *req // shallow: the header is not changed per try
-	} else {
+	// The try's request and URL share one allocation.
+	tr := &tryRequest{req: *req, url: *req.URL} // shallow: the header is not changed per try
+	out = &tr.req
+	if !direct {
 		var ctx context.Context
 		ctx, cancel = context.WithCancelCause(req.Context())
 		timer = time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
-		out = req.WithContext(ctx)
+		out = out.WithContext(ctx)
 	}
-	u := *req.URL
+	u := &tr.url
 	u.Scheme, u.Host = t.dial.Scheme, t.dial.Host
 	if t.dial.Path != "" && t.dial.Path != "/" {
 		u.Path, u.RawPath = joinPath(t.dial.Path, req.URL.Path), ""
 	}
-	out.URL = &u
+	out.URL = u
 	out.GetBody = nil
 	var ab *attemptBody
 	if body != nil {
@@ -168,6 +169,12 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 		p.requestDone()
 	})
 	return resp, nil, true
+}
+
+// tryRequest is a try's copy of the request with its own URL.
+type tryRequest struct {
+	req http.Request
+	url url.URL
 }
 
 // deadlineTransport is a Transport that bounds the wait for a response header
