@@ -469,11 +469,15 @@ func TestZeroRTT(t *testing.T) {
 		want   int
 	}{{"GET", 200}, {"HEAD", 200}, {"POST", 425}, {"DELETE", 425}} {
 		relay := newHandshakeHolder(t, e.Addr().String())
+		relay.Gate() // the request must leave in 0-RTT: no server flight before it
 		conn, err := quic.DialAddrEarly(ctx, relay.Addr(), tlsConf, &quic.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		status := rawH3Request(t, ctx, conn, tt.method, "127.0.0.1", "/")
+		before := relay.Sent()
+		str := rawH3Send(t, ctx, conn, tt.method, "127.0.0.1", "/")
+		relay.OpenAfter(before)
+		status := rawH3Status(t, str)
 		relay.Release()
 		if !conn.ConnectionState().Used0RTT {
 			t.Fatalf("%s: 0-RTT was not used", tt.method)

@@ -27,6 +27,12 @@ func makeTempDir() (string, error) { return os.MkdirTemp("", "h3edge-test-") }
 // quic-go's own client sends only GET and HEAD early; this one sends any method.
 func rawH3Request(t testing.TB, ctx context.Context, conn *quic.Conn, method, authority, path string) int {
 	t.Helper()
+	return rawH3Status(t, rawH3Send(t, ctx, conn, method, authority, path))
+}
+
+// rawH3Send opens a request stream on conn and writes a HEADERS frame and FIN.
+func rawH3Send(t testing.TB, ctx context.Context, conn *quic.Conn, method, authority, path string) *quic.Stream {
+	t.Helper()
 	str, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +49,12 @@ func rawH3Request(t testing.TB, ctx context.Context, conn *quic.Conn, method, au
 		t.Fatal(err)
 	}
 	str.Close()
+	return str
+}
+
+// rawH3Status reads the response on str and returns its status.
+func rawH3Status(t testing.TB, str *quic.Stream) int {
+	t.Helper()
 	str.SetReadDeadline(time.Now().Add(5 * time.Second))
 	r := quicvarint.NewReader(str)
 	for {
@@ -81,6 +93,11 @@ func rawH3Request(t testing.TB, ctx context.Context, conn *quic.Conn, method, au
 // datagram — the one carrying the client's Finished — until release. The server thus
 // handles the 0-RTT request before its handshake completes, deterministically; an
 // attacker replaying a captured first flight puts the server in exactly this state.
+//
+// The server's datagrams to the client are gated too (Gate, OpenAfterNext): once the
+// client has the server's handshake flight it has 1-RTT keys, and quic-go sends data
+// written after that in 1-RTT packets, which the relay holds — a request written a
+// moment late would never reach the server. Gated, the client can only send in 0-RTT.
 type handshakeHolder struct {
 	conn    *net.UDPConn
 	server  *net.UDPAddr
@@ -88,6 +105,55 @@ type handshakeHolder struct {
 	client  *net.UDPAddr
 	held    [][]byte
 	release bool
+
+	gated    bool // the server's datagrams wait in toClient
+	toClient [][]byte
+	sent     int // client first-flight datagrams forwarded
+	openAt   int // open the gate once sent reaches it (0: not asked)
+}
+
+// Gate holds the server's datagrams to the client until OpenAfterNext opens it. Call it
+// before the client dials.
+func (h *handshakeHolder) Gate() {
+	h.mu.Lock()
+	h.gated = true
+	h.mu.Unlock()
+}
+
+// Sent returns how many client first-flight datagrams were forwarded so far.
+func (h *handshakeHolder) Sent() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sent
+}
+
+// OpenAfter opens the gate once more than n client first-flight datagrams have been
+// forwarded: with n from Sent before a write, the 0-RTT datagram that carries it.
+func (h *handshakeHolder) OpenAfter(n int) {
+	h.mu.Lock()
+	h.openAt = n + 1
+	out := h.openLocked()
+	h.mu.Unlock()
+	h.toClientSend(out)
+}
+
+// openLocked opens the gate if its condition holds and returns what it held.
+func (h *handshakeHolder) openLocked() [][]byte {
+	if !h.gated || h.openAt == 0 || h.sent < h.openAt || h.client == nil {
+		return nil
+	}
+	out := h.toClient
+	h.gated, h.toClient = false, nil
+	return out
+}
+
+func (h *handshakeHolder) toClientSend(out [][]byte) {
+	h.mu.Lock()
+	client := h.client
+	h.mu.Unlock()
+	for _, p := range out {
+		h.conn.WriteToUDP(p, client)
+	}
 }
 
 func newHandshakeHolder(t testing.TB, server string) *handshakeHolder {
@@ -118,9 +184,12 @@ func (h *handshakeHolder) relay() {
 		pkt := append([]byte(nil), buf[:n]...)
 		if from.Port == h.server.Port && from.IP.Equal(h.server.IP) {
 			h.mu.Lock()
-			client := h.client
+			client, gated := h.client, h.gated
+			if gated {
+				h.toClient = append(h.toClient, pkt)
+			}
 			h.mu.Unlock()
-			if client != nil {
+			if client != nil && !gated {
 				h.conn.WriteToUDP(pkt, client)
 			}
 			continue
@@ -134,6 +203,11 @@ func (h *handshakeHolder) relay() {
 		h.mu.Unlock()
 		if !hold {
 			h.conn.WriteToUDP(pkt, h.server)
+			h.mu.Lock()
+			h.sent++
+			out := h.openLocked()
+			h.mu.Unlock()
+			h.toClientSend(out)
 		}
 	}
 }
