@@ -400,17 +400,24 @@ func TestWriteTimeout(t *testing.T) {
 	t.Parallel()
 	const d = time.Second
 	e := startEdge(t, func(c *config.Config) { c.Limits.WriteTimeout = d })
+	readSlowlyH1(t, e.Addr().String(), "/bytes?n=67108864", d+2*time.Second)
+}
+
+// readSlowlyH1 asks addr over HTTP/1.1 for path's 64 MiB response with a 4 KiB
+// receive buffer, reads nothing for idle (a write timeout and a margin), then reads
+// what there is: the edge must have cut the connection, not sent it all or kept it.
+func readSlowlyH1(t *testing.T, addr, path string, idle time.Duration) {
+	t.Helper()
 	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 	}}
-	conn, err := tls.DialWithDialer(&dialer, "tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	conn, err := tls.DialWithDialer(&dialer, "tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /bytes?n=67108864 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	// Read nothing for write_timeout and a margin, then everything there is.
-	timer := time.NewTimer(d + 2*time.Second)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path)
+	timer := time.NewTimer(idle)
 	<-timer.C
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := io.Copy(io.Discard, conn)
@@ -420,7 +427,7 @@ func TestWriteTimeout(t *testing.T) {
 	if n >= 64<<20 {
 		t.Errorf("read all %d bytes: the connection was not cut", n)
 	}
-	t.Logf("read %d bytes before the reset (%v)", n, err)
+	t.Logf("read %d bytes before the connection was cut (%v)", n, err)
 }
 
 // TestH3StalledStreamsCharged: request streams that never send HEADERS are charged
