@@ -571,11 +571,14 @@ func newBanWatch(admin netip.AddrPort, srcs []netip.Addr, t0 time.Time) *banWatc
 }
 
 // run polls every 50 ms until ctx ends.
-func (w *banWatch) run(ctx context.Context) {
-	t := time.NewTicker(50 * time.Millisecond)
+func (w *banWatch) run(ctx context.Context) { pollEvery(ctx, 50*time.Millisecond, w.poll) }
+
+// pollEvery calls poll at once and then every d until ctx ends.
+func pollEvery(ctx context.Context, d time.Duration, poll func(context.Context)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
-		w.poll(ctx)
+		poll(ctx)
 		select {
 		case <-ctx.Done():
 			return

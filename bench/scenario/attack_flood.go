@@ -52,18 +52,7 @@ const (
 	metricKernelDrops = `h3edge_dropped_datagrams_total{reason="kernel"}`
 )
 
-func (w *floodWatch) run(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		w.poll(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
+func (w *floodWatch) run(ctx context.Context) { pollEvery(ctx, 100*time.Millisecond, w.poll) }
 
 func (w *floodWatch) poll(ctx context.Context) {
 	m, err := scrapeMetrics(ctx, w.admin)

@@ -131,16 +131,18 @@ func (t *TCP) served(s *slot) {
 // (MachineCaps), -1 not capped.
 func Caps(l config.LimitsConfig) (open, pending int) {
 	mo, mp := MachineCaps()
-	pick := func(v, machine int) int {
-		switch v {
-		case 0:
-			return machine
-		case -1:
-			return 0
-		}
-		return v
+	return capOf(l.MaxConnections, mo), capOf(l.MaxPendingConnections, mp)
+}
+
+// capOf reads a limits cap v: 0 is machine's size, -1 not capped (0), else v.
+func capOf(v, machine int) int {
+	switch v {
+	case 0:
+		return machine
+	case -1:
+		return 0
 	}
-	return pick(l.MaxConnections, mo), pick(l.MaxPendingConnections, mp)
+	return v
 }
 
 // ErrOverload refuses a QUIC connection while the edge sheds new work; quic-go
@@ -152,16 +154,7 @@ var ErrOverload = errors.New("admission: the edge sheds new work (overload)")
 // goroutines per core of GOMAXPROCS — and -1 (not capped) as 0.
 func OverloadCaps(l config.LimitsConfig) (inflight, goroutines int) {
 	procs := runtime.GOMAXPROCS(0)
-	pick := func(v, machine int) int {
-		switch v {
-		case 0:
-			return machine
-		case -1:
-			return 0
-		}
-		return v
-	}
-	return pick(l.MaxInflightRequests, 1024*procs), pick(l.MaxGoroutines, 50000*procs)
+	return capOf(l.MaxInflightRequests, 1024*procs), capOf(l.MaxGoroutines, 50000*procs)
 }
 
 // Counts returns the open connections and the pending ones among them.

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/h3edge/h3edge/bench"
+	"github.com/h3edge/h3edge/bench/quicpkt"
 )
 
 // Flooder sends units for d (and no longer than ctx allows) and reports what it saw.
@@ -494,25 +495,9 @@ func InitialToken(b []byte) ([]byte, bool) {
 	if i >= len(b) {
 		return nil, false
 	}
-	l, n := quicVarint(b[i:])
+	l, n := quicpkt.Varint(b[i:])
 	if n == 0 || i+n+int(l) > len(b) {
 		return nil, false
 	}
 	return b[i+n : i+n+int(l)], true
-}
-
-// quicVarint decodes a QUIC variable-length integer; n is 0 if b is too short.
-func quicVarint(b []byte) (v uint64, n int) {
-	if len(b) == 0 {
-		return 0, 0
-	}
-	n = 1 << (b[0] >> 6)
-	if len(b) < n {
-		return 0, 0
-	}
-	v = uint64(b[0] & 0x3f)
-	for _, c := range b[1:n] {
-		v = v<<8 | uint64(c)
-	}
-	return v, n
 }

@@ -152,7 +152,7 @@ var rules = []rule{
 	}},
 	// drop-cost's flooders: raw datagrams (sendmmsg), QUIC handshakes, TCP connects and
 	// request streams, each unit one the flooder chose to send; bench for its transports.
-	{pkg: "bench/scenario/flood", imports: []string{"bench"}, external: []string{
+	{pkg: "bench/scenario/flood", imports: []string{"bench", "bench/quicpkt"}, external: []string{
 		"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3", "golang.org/x/net/ipv4",
 	}},
 	{pkg: "bench/chart", tests: []string{"bench/testkit"}},
