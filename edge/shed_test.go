@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -77,27 +78,39 @@ func TestMaxInflightRequests(t *testing.T) {
 	}
 }
 
-// TestOverloadShedding pushes the edge over limits.max_goroutines with real slow
-// requests and checks the cheapest refusal at every layer while it is there — a new
-// QUIC connection refused (CONNECTION_REFUSED), a new TCP connection reset at accept, a
-// new request on an open connection answered 503 with Retry-After — that what it
-// admitted is served to the end, and that it serves again once the load is gone.
+// TestOverloadShedding puts the edge over limits.max_goroutines while it holds real
+// slow requests and checks the cheapest refusal at every layer while it is there — a
+// new QUIC connection refused (CONNECTION_REFUSED), a new TCP connection reset at
+// accept, a new request on an open connection answered 503 with Retry-After — that
+// what it admitted is served to the end, and that it serves again once the load is
+// gone. The cap comes by reload once every held request is in flight: set at start, the
+// sampler could pass it while the held requests still arrive, and shed some of them.
 func TestOverloadShedding(t *testing.T) {
-	var bound int
-	e := startEdge(t, func(c *config.Config) {
-		c.IP.MaxStreamsPerConnection = 1000 // the held requests share one HTTP/2 connection
-		// 150 held requests: a handler goroutine each in the edge and a caller each in
-		// this process, well over 200 more than now.
-		bound = runtime.NumGoroutine() + 200
-		c.Limits.MaxGoroutines = bound
-	})
+	const held = 150
+	yaml := `
+listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000},
+     max_streams_per_connection: 1000} # the held requests share one HTTP/2 connection
+`
+	e, file := startEdgeFile(t, yaml)
 	h2 := clientFor(t, "h2")
 	if resp, err := h2.Get(e.url + "/"); err != nil {
 		t.Fatal(err)
 	} else {
 		resp.Body.Close()
 	}
-	wait := holdSlow(t, h2, e.url, 150, 3000)
+	wait := holdSlow(t, h2, e.url, held, 5000)
+	testkit.WaitFor(t, 5*time.Second, "every held request in flight", func() bool { return e.inflight.Load() == held })
+	// A handler goroutine each in the edge and a caller each in this process: the count
+	// now is well over 100 above what it falls back to when they end.
+	bound := runtime.NumGoroutine() - 100
+	if err := os.WriteFile(file, []byte(yaml+"limits: {max_goroutines: "+itoa(bound)+"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reloadConfig(); err != nil {
+		t.Fatal(err)
+	}
 	testkit.WaitFor(t, 5*time.Second, "shedding over max_goroutines", e.shedder.Shedding)
 	t.Logf("shedding at %d goroutines (bound %d)", e.shedder.Stats().Goroutines, bound)
 
