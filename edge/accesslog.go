@@ -7,6 +7,7 @@ import (
 
 	"github.com/h3edge/h3edge/edge/accesslog"
 	"github.com/h3edge/h3edge/edge/config"
+	"github.com/h3edge/h3edge/edge/logsample"
 	"github.com/h3edge/h3edge/edge/metrics"
 )
 
@@ -20,10 +21,10 @@ func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accesslog.Log, error
 	if c.Format == "common" {
 		format = accesslog.Common
 	}
-	failLog := newSampler(1)
+	failLog := logsample.New(1)
 	l, err := accesslog.Open(c.Path, c.Sample, accesslog.Config{Format: format, Dropped: &s.accessDropped,
 		OnError: func(err error) {
-			if ok, n := failLog.allow(time.Now()); ok {
+			if ok, n := failLog.Allow(time.Now()); ok {
 				s.log.Warn("access log write failed; its lines are dropped", "path", c.Path, "error", err, "suppressed", n)
 			}
 		}})

@@ -83,7 +83,7 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 			break
 		}
 	}
-	if ok, suppressed := s.rejectLog.allow(now); ok {
+	if ok, suppressed := s.rejectLog.Allow(now); ok {
 		s.log.Warn("connection closed for abuse", "source", addr.String(), "reason", reason,
 			"charge", charge, "banned", banned, "suppressed", suppressed)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/h3edge/h3edge/edge/demo"
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/slowbody"
 )
 
 // demoOrigin is the built-in origin used when no upstream is configured (package demo),
@@ -23,7 +24,7 @@ func demoOrigin(trusted []netip.Prefix) http.Handler {
 		BodyFailed: func(w http.ResponseWriter, r *http.Request, _ error) {
 			if enforce.BodyCutOff(r) {
 				enforce.AnswerBodyCutOff(w, r)
-			} else if bodyTimedOut(r) {
+			} else if slowbody.TimedOut(r) {
 				writeBodyTimeout(w, r)
 			} else {
 				badRequest(w, r, "reading the request body failed")

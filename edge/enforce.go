@@ -134,7 +134,7 @@ func (s *Server) decided(r *http.Request, pk limiter.Key, outcome string) {
 // refused counts a 429 of a policy toward its source's ban and logs it, at most a few
 // lines a second.
 func (s *Server) refused(r *http.Request, now time.Time, violated []string, pk limiter.Key, retry time.Duration) {
-	if ok, suppressed := s.rejectLog.allow(time.Now()); ok {
+	if ok, suppressed := s.rejectLog.Allow(time.Now()); ok {
 		s.log.Info("request refused", "policies", violated, "pk", fmt.Sprintf("%x", pk[:8]),
 			"retry_after", retry, "suppressed", suppressed)
 	}

@@ -31,9 +31,6 @@ func (s *Server) bodyTimeout(w http.ResponseWriter, r *http.Request, now time.Ti
 	next(w, r, now)
 }
 
-// bodyTimedOut reports whether r's body read ended at body_read_timeout.
-func bodyTimedOut(r *http.Request) bool { return slowbody.TimedOut(r) }
-
 // writeBodyTimeout answers a request whose body made no progress: 408, and on
 // HTTP/1.1 the connection is closed after it, as the body was not read to its end
 // (HTTP/2 and HTTP/3 have no Connection field: the stream ends).

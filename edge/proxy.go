@@ -15,6 +15,7 @@ import (
 	"github.com/h3edge/h3edge/edge/enforce"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/route"
+	"github.com/h3edge/h3edge/edge/slowbody"
 	"github.com/h3edge/h3edge/edge/upstream"
 )
 
@@ -56,7 +57,7 @@ func forwarded(trusted []netip.Prefix) func(*httputil.ProxyRequest) {
 // 408 first: on HTTP/1.1 the read deadline that ended it also ends the request's
 // context, yet the client is there to read the answer.
 func proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	if bodyTimedOut(r) {
+	if slowbody.TimedOut(r) {
 		writeBodyTimeout(w, r)
 		return
 	}
@@ -109,7 +110,7 @@ func (s *Server) logUpstreamError(r *http.Request, status int, err error) {
 	if s == nil {
 		return
 	}
-	ok, suppressed := s.upstreamLog.allow(time.Now())
+	ok, suppressed := s.upstreamLog.Allow(time.Now())
 	if !ok {
 		return
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/h3edge/h3edge/edge/h2guard"
 	"github.com/h3edge/h3edge/edge/h3serve"
 	"github.com/h3edge/h3edge/edge/identity"
+	"github.com/h3edge/h3edge/edge/logsample"
 	"github.com/h3edge/h3edge/edge/metrics"
 	"github.com/h3edge/h3edge/edge/overload"
 	"github.com/h3edge/h3edge/edge/plainhttp"
@@ -107,13 +108,13 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics.Metrics
 	top       *admin.Top
-	rejectLog *sampler
+	rejectLog *logsample.Sampler
 	// storeBreaker reports whether the shared store's circuit breaker is open
 	// (decisions follow on_store_failure without asking Redis), for
 	// store_breaker_open and /readyz. Nil without Redis; set in New.
 	storeBreaker func() bool
 	// upstreamLog samples the log of failed upstream exchanges (502, 504) likewise.
-	upstreamLog *sampler
+	upstreamLog *logsample.Sampler
 	held        enforce.Held // concurrency units held now, per policy
 	// access is the access log (nil: none); accessDropped counts its dropped lines
 	// across the logs reloads put in force.
@@ -223,8 +224,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.metrics, err = s.newMetrics(s.registry); err != nil {
 		return nil, err
 	}
-	s.rejectLog = newSampler(10)
-	s.upstreamLog = newSampler(10)
+	s.rejectLog = logsample.New(10)
+	s.upstreamLog = logsample.New(10)
 	if err := s.initGlobal(cfg); err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ var rules = []rule{
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
 		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect", "edge/tunnel",
-		"edge/h2guard", "edge/slowbody", "edge/slowwrite", "edge/h3serve", "edge/overload",
+		"edge/h2guard", "edge/slowbody", "edge/slowwrite", "edge/h3serve", "edge/overload", "edge/logsample",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -101,6 +101,7 @@ var rules = []rule{
 	// The request-body progress bound: std only.
 	{pkg: "edge/slowbody"},
 	{pkg: "edge/slowwrite"}, // the standard library only, as slowbody
+	{pkg: "edge/logsample"}, // the log lines' per-second bound: std only
 	// Overload shedding (limits.max_goroutines, the memory limit): runtime/metrics
 	// sampled on its own goroutine, one atomic flag for the listeners and the chain.
 	{pkg: "edge/overload", tests: []string{"bench/testkit"}},

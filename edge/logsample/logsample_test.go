@@ -1,4 +1,4 @@
-package edge
+package logsample
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // held back handed to the next one let through.
 func TestSampler(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s := newSampler(2)
+	s := New(2)
 	type step struct {
 		at         time.Duration
 		ok         bool
@@ -26,12 +26,12 @@ func TestSampler(t *testing.T) {
 		{5 * time.Second, true, 1},
 		{4 * time.Second, true, 0}, // a clock stepping back starts a new count
 	} {
-		ok, n := s.allow(t0.Add(st.at))
+		ok, n := s.Allow(t0.Add(st.at))
 		if ok != st.ok || n != st.suppressed {
 			t.Errorf("step %d at t0+%v: allow = %v, %d; want %v, %d", i, st.at, ok, n, st.ok, st.suppressed)
 		}
 	}
-	if ok, _ := newSampler(0).allow(t0); ok {
+	if ok, _ := New(0).Allow(t0); ok {
 		t.Error("a sampler of limit 0 let an event through")
 	}
 }

@@ -1,15 +1,17 @@
-package edge
+// Package logsample bounds a log stream, such as one line per rejected request, to a
+// number of lines per second, counting the lines it holds back.
+package logsample
 
 import (
 	"sync"
 	"time"
 )
 
-// sampler bounds a log stream, such as one line per rejected request, to at most limit
+// Sampler bounds a log stream, such as one line per rejected request, to at most limit
 // lines per second, counting the lines it holds back so the next line let through can
 // say how many were suppressed. A flood of 429s thus costs one mutex and a few integers
 // per rejection, not a log line each. It is safe for concurrent use.
-type sampler struct {
+type Sampler struct {
 	limit int
 
 	mu         sync.Mutex
@@ -18,13 +20,13 @@ type sampler struct {
 	suppressed uint64 // events held back since the last one let through
 }
 
-// newSampler returns a sampler letting through at most limit events per second; limit
+// New returns a Sampler letting through at most limit events per second; limit
 // 0 or less suppresses every event.
-func newSampler(limit int) *sampler { return &sampler{limit: limit} }
+func New(limit int) *Sampler { return &Sampler{limit: limit} }
 
-// allow reports whether an event at now may be logged. When it may, suppressed is the
+// Allow reports whether an event at now may be logged. When it may, suppressed is the
 // number of events held back since the previous one let through; log it along.
-func (s *sampler) allow(now time.Time) (ok bool, suppressed uint64) {
+func (s *Sampler) Allow(now time.Time) (ok bool, suppressed uint64) {
 	sec := now.Unix()
 	s.mu.Lock()
 	defer s.mu.Unlock()
