@@ -49,6 +49,9 @@ type Series struct {
 	// YLog, in a chart with PanelY, draws this series' panel on a log scale, as the
 	// chart's YLog does every panel.
 	YLog bool
+	// Overlay, in a chart with Panels, draws this line in the panel of the series
+	// before it, on the same y axis, instead of a panel of its own.
+	Overlay bool
 }
 
 // Marker is a reference line with an optional label.
@@ -94,8 +97,9 @@ func (p *svgPlot) write() {
 	if len(c.Categories) > 0 {
 		p.h += 13 * float64(p.labelLines()-1)
 	}
+	groups := p.panelGroups()
 	if panels {
-		n := float64(len(c.Series))
+		n := float64(len(groups))
 		p.h = plotT + plotB + n*panelH + (n-1)*panelGap
 	}
 	p.printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
@@ -105,18 +109,27 @@ func (p *svgPlot) write() {
 	p.printf(`<text x="%g" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", plotL, esc(c.Title))
 	switch {
 	case panels:
-		for i := range c.Series {
+		for gi, g := range groups {
 			if c.PanelY {
-				p.yRange(c.Series[i:i+1], c.YLog || c.Series[i].YLog)
+				log := c.YLog
+				for _, s := range c.Series[g[0]:g[1]] {
+					log = log || s.YLog
+				}
+				p.yRange(c.Series[g[0]:g[1]], log)
 			}
-			p.top = plotT + float64(i)*(panelH+panelGap)
+			p.top = plotT + float64(gi)*(panelH+panelGap)
 			p.bottom = p.top + panelH
 			p.yAxis()
-			p.vLines(i == 0)
-			p.line(i)
+			p.vLines(gi == 0)
+			for i := g[0]; i < g[1]; i++ {
+				p.line(i)
+			}
 			p.hLines()
-			p.printf(`<text x="%.1f" y="%.1f" fill="%s" font-weight="bold">%s</text>`+"\n",
-				svgW-plotR+12, (p.top+p.bottom)/2+4, chartPalette[i%len(chartPalette)], esc(truncate(c.Series[i].Name, 24)))
+			for i := g[0]; i < g[1]; i++ {
+				y := (p.top+p.bottom)/2 + 4 + 16*(float64(i-g[0])-float64(g[1]-g[0]-1)/2)
+				p.printf(`<text x="%.1f" y="%.1f" fill="%s" font-weight="bold">%s</text>`+"\n",
+					svgW-plotR+12, y, chartPalette[i%len(chartPalette)], esc(truncate(c.Series[i].Name, 24)))
+			}
 		}
 		p.xAxis()
 	case len(c.Categories) > 0:
@@ -138,6 +151,20 @@ func (p *svgPlot) write() {
 		p.legend()
 	}
 	p.printf("</svg>\n")
+}
+
+// panelGroups returns the series of each panel, [from, to): one each, with the
+// overlays that follow it.
+func (p *svgPlot) panelGroups() [][2]int {
+	var groups [][2]int
+	for i, s := range p.c.Series {
+		if s.Overlay && len(groups) > 0 {
+			groups[len(groups)-1][1] = i + 1
+			continue
+		}
+		groups = append(groups, [2]int{i, i + 1})
+	}
+	return groups
 }
 
 // labelLines is the most lines a category name wraps to.

@@ -54,6 +54,20 @@ func TestChartSVG(t *testing.T) {
 			want: []string{">1<", ">10<", ">100<", ">40000<", ">p99 ms<", ">frames/s<"},
 		},
 		{
+			name: "an overlay in a panel",
+			chart: Chart{
+				Panels: true, PanelY: true,
+				Series: []Series{
+					{Name: "attacked", X: []float64{0, 1}, Y: []float64{1, 2}},
+					{Name: "control", X: []float64{0, 1}, Y: []float64{1, 300}, Overlay: true},
+					{Name: "rate", X: []float64{0, 1}, Y: []float64{5, 0}},
+				},
+			},
+			// Two panels (36 + 48 + 2 × 110 + 14 high); the first's range reaches the
+			// overlay's 300.
+			want: []string{`height="318"`, ">attacked<", ">control<", ">rate<", ">300<"},
+		},
+		{
 			name: "a gap in a line",
 			chart: Chart{
 				Series: []Series{
