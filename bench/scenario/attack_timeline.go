@@ -145,17 +145,18 @@ func newAttackTimeline(legit, ctl *legitSeries, a *attack.Attack, out *attack.Ou
 	return tl
 }
 
-// attackChart draws the time line in three panels: the legitimate p99 (log scale),
-// their success and the attacker's rate; dashed lines mark the attack's start and end
-// and the first ban. Samples without a legitimate request leave a gap.
+// attackChart draws the time line in three panels: the legitimate p99 (log scale; in
+// full mode the unattacked control's too), their success and the attacker's rate;
+// dashed lines mark the attack's start and end and the first ban. Samples without a
+// legitimate request (a control's without a response) leave a gap.
 func attackChart(name string, tl *attackTimeline) *chart.Chart {
 	c := &chart.Chart{
 		Title:  fmt.Sprintf("h3bench attack %s, per %d ms", name, tl.IntervalMs),
-		XLabel: "seconds from the start of the quiet phase (dashed: the attack, the first ban)",
-		YLabel: "each panel in the unit of its name",
-		Panels: true, PanelY: true,
+		XLabel: "seconds from the start of the quiet phase (dashed: the attack's start and end)",
+		Panels: true, PanelY: true, // each panel's unit is in its series' name
 	}
 	p99 := chart.Series{Name: "legit p99 ms", Step: true, YLog: true}
+	ctl := chart.Series{Name: "control p99 ms", Step: true, Overlay: true}
 	ok := chart.Series{Name: "legit ok %", Step: true}
 	att := chart.Series{Name: "attacker " + tl.AttackerUnit + "/s", Step: true}
 	for k, x := range tl.StartSec {
@@ -166,10 +167,21 @@ func attackChart(name string, tl *attackTimeline) *chart.Chart {
 		p99.X, p99.Y = append(p99.X, x), append(p99.Y, lat)
 		ok.X, ok.Y = append(ok.X, x), append(ok.Y, share)
 		att.X, att.Y = append(att.X, x), append(att.Y, tl.AttackerPerSecond[k])
+		if tl.ControlP99ms != nil {
+			v := tl.ControlP99ms[k]
+			if v == 0 {
+				v = math.NaN()
+			}
+			ctl.X, ctl.Y = append(ctl.X, x), append(ctl.Y, v)
+		}
 	}
 	c.Series = []chart.Series{p99, ok, att}
+	if tl.ControlP99ms != nil {
+		c.Series = slices.Insert(c.Series, 1, ctl)
+	}
 	c.VLines = []chart.Marker{{At: tl.AttackStartSec, Label: "attack"}}
 	if tl.FirstBanSec >= 0 {
+		c.XLabel = "seconds from the start of the quiet phase (dashed: the attack's start and end, the first ban)"
 		c.VLines = append(c.VLines, chart.Marker{At: tl.FirstBanSec,
 			Label: fmt.Sprintf("first ban +%.2fs", tl.FirstBanSec-tl.AttackStartSec)})
 	}

@@ -123,6 +123,19 @@ func TestAttackTimeline(t *testing.T) {
 		t.Error("NaN in the SVG")
 	}
 
+	// Full mode: the control's p99 drawn over the attacked one's, in its panel, a gap
+	// where it had no response.
+	ctl := &legitSeries{t0: t0}
+	ctl.record(t0.Add(msec(10)), msec(3), 200)
+	tl = newAttackTimeline(legit, ctl, a, out, t0.Add(msec(250)), msec(500), msec(100))
+	c = attackChart(a.Name, tl)
+	if !slices.Equal(tl.ControlP99ms, []float64{3, 0, 0, 0}) || len(c.Series) != 4 {
+		t.Fatalf("control_p99_ms %v, %d series", tl.ControlP99ms, len(c.Series))
+	}
+	if s := c.Series[1]; s.Name != "control p99 ms" || !s.Overlay || s.Y[0] != 3 || !math.IsNaN(s.Y[1]) {
+		t.Errorf("control series %q (overlay %v): %v", s.Name, s.Overlay, s.Y)
+	}
+
 	// No ban: no ban marker, first_ban_at_seconds -1.
 	tl = newAttackTimeline(legit, nil, a, out, t0.Add(msec(250)), msec(500), -1)
 	if c := attackChart(a.Name, tl); tl.FirstBanSec != -1 || len(c.VLines) != 2 {
