@@ -65,6 +65,13 @@ var ErrConfig = errors.New("bench: invalid configuration")
 // client key it went under.
 type ResponseHook func(resp *http.Response) (pause time.Duration)
 
+// RequestHook sees every measured request once it has ended (its body read, or its
+// failure), on the worker goroutine that sent it, concurrently: when it was meant to
+// leave (where Latency counts from: the intended send time in open loop, the send in
+// closed loop), its latency, and its status, 0 if it failed. A run's time series are
+// built on it.
+type RequestHook func(at time.Time, latency time.Duration, status int)
+
 // Config describes a run. The zero value of each field has the meaning stated; Run
 // resolves the defaults and Validate checks the rest.
 type Config struct {
@@ -124,6 +131,9 @@ type Config struct {
 	Insecure bool
 	// OnResponse, if set, sees every response (see ResponseHook). Nil costs nothing.
 	OnResponse ResponseHook
+	// OnMeasured, if set, sees every measured request once it has ended (see
+	// RequestHook). Nil costs nothing.
+	OnMeasured RequestHook
 	// RespectLimits makes the clients pace themselves by the RateLimit fields, per
 	// client key (source address and API key): after a response with r=0 a key sends
 	// nothing for that item's t, after a 429 nothing for Retry-After, and it keeps no
@@ -648,6 +658,9 @@ func (r *run) send(ctx context.Context, cl client, src string, sh *shard, keys *
 		}
 		if measured {
 			sh.failure(kind, now)
+			if r.cfg.OnMeasured != nil {
+				r.cfg.OnMeasured(at, now.Sub(at), 0)
+			}
 		}
 		return pause
 	}
@@ -656,6 +669,9 @@ func (r *run) send(ctx context.Context, cl client, src string, sh *shard, keys *
 	}
 	if measured {
 		sh.response(resp.StatusCode, now.Sub(at), n, now)
+		if r.cfg.OnMeasured != nil {
+			r.cfg.OnMeasured(at, now.Sub(at), resp.StatusCode)
+		}
 	}
 	return pause
 }

@@ -43,13 +43,19 @@ func TestClosedLoop(t *testing.T) {
 		t.Run(string(tc.proto), func(t *testing.T) {
 			rec := newRecorder()
 			url := start(t, tc.proto, rec)
-			var hooked atomic.Int64
+			var hooked, measured, measuredOK atomic.Int64
 			res := runT(t, Config{
 				URL: url, Proto: tc.proto, Connections: 2, Streams: 4, Requests: 200,
 				Timeout: 2 * time.Second,
 				OnResponse: func(resp *http.Response) time.Duration {
 					hooked.Add(1)
 					return 0
+				},
+				OnMeasured: func(at time.Time, latency time.Duration, status int) {
+					measured.Add(1)
+					if status == http.StatusOK && latency > 0 && !at.IsZero() {
+						measuredOK.Add(1)
+					}
 				},
 			})
 			if res.Requests != 200 || res.Responses != 200 || res.Status[200] != 200 {
@@ -76,6 +82,9 @@ func TestClosedLoop(t *testing.T) {
 			}
 			if hooked.Load() != 200 {
 				t.Errorf("hook saw %d responses, want 200", hooked.Load())
+			}
+			if measured.Load() != 200 || measuredOK.Load() != 200 {
+				t.Errorf("OnMeasured saw %d requests, %d of them 200 with a latency, want 200", measured.Load(), measuredOK.Load())
 			}
 			got := rec.snapshot()
 			if got.count != 200 || got.protos[tc.wantProto] != 200 {

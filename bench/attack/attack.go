@@ -42,6 +42,10 @@ type Target struct {
 	// address counted up from Sources[0], Rate per second. Other attacks ignore them.
 	Count int
 	Rate  float64
+	// SampleEvery, if positive, makes the Outcome a time series as well: what Sent
+	// counted in each SampleEvery from the attack's start, and the connections open at
+	// its end (Outcome.SentPerSample, OpenPerSample). Zero: totals only.
+	SampleEvery time.Duration
 }
 
 // ErrUnknown is returned (wrapped) for a name no attack has.
@@ -58,6 +62,8 @@ type Attack struct {
 	Proto string
 	// Conns is the connections per source when Target.Conns is zero.
 	Conns int
+	// Unit is what Outcome.Sent counts, plural: "frames", "streams", "bytes"…
+	Unit string
 	// conn runs one connection of the attack until it ends; it reports what happened
 	// to rec.
 	conn func(ctx context.Context, t *Target, src netip.Addr, rec *recorder) error
@@ -68,31 +74,31 @@ type Attack struct {
 
 // attacks is the registry, in the README's order.
 var attacks = []*Attack{
-	{Name: "rapid-reset", Proto: "h2", Conns: 2, conn: rapidReset,
+	{Name: "rapid-reset", Unit: "streams", Proto: "h2", Conns: 2, conn: rapidReset,
 		Summary: "HTTP/2 HEADERS + RST_STREAM(CANCEL) loops (CVE-2023-44487)"},
-	{Name: "made-you-reset", Proto: "h2", Conns: 2, conn: madeYouReset,
+	{Name: "made-you-reset", Unit: "streams", Proto: "h2", Conns: 2, conn: madeYouReset,
 		Summary: "HTTP/2 requests followed by WINDOW_UPDATE 0, DATA after END_STREAM or a self-dependent PRIORITY, which make the server reset the stream (CVE-2025-8671)"},
-	{Name: "continuation", Proto: "h2", Conns: 2, conn: continuationFlood,
+	{Name: "continuation", Unit: "frames", Proto: "h2", Conns: 2, conn: continuationFlood,
 		Summary: "HTTP/2 HEADERS without END_HEADERS, then zero-length CONTINUATION frames without end (CVE-2024-27316 family)"},
-	{Name: "hpack-bomb", Proto: "h2", Conns: 2, conn: hpackBomb,
+	{Name: "hpack-bomb", Unit: "header blocks", Proto: "h2", Conns: 2, conn: hpackBomb,
 		Summary: "HTTP/2 header blocks of one-byte references to a 4 KB dynamic-table entry, each decoding past the header limit"},
-	{Name: "settings-flood", Proto: "h2", Conns: 2, conn: settingsFlood,
+	{Name: "settings-flood", Unit: "frames", Proto: "h2", Conns: 2, conn: settingsFlood,
 		Summary: "HTTP/2 SETTINGS frames without end (CVE-2019-9515)"},
-	{Name: "ping-flood", Proto: "h2", Conns: 2, conn: pingFlood,
+	{Name: "ping-flood", Unit: "frames", Proto: "h2", Conns: 2, conn: pingFlood,
 		Summary: "HTTP/2 PING frames without end (CVE-2019-9512)"},
-	{Name: "empty-frames", Proto: "h2", Conns: 2, conn: emptyFrames,
+	{Name: "empty-frames", Unit: "frames", Proto: "h2", Conns: 2, conn: emptyFrames,
 		Summary: "HTTP/2 empty DATA frames without END_STREAM on an open request (CVE-2019-9518)"},
-	{Name: "slowloris", Proto: "h1", Conns: 20, conn: slowloris,
+	{Name: "slowloris", Unit: "bytes", Proto: "h1", Conns: 20, conn: slowloris,
 		Summary: "HTTP/1.1 header lines trickled one byte per interval"},
-	{Name: "slow-post", Proto: "h1", Conns: 20, conn: slowPost,
+	{Name: "slow-post", Unit: "bytes", Proto: "h1", Conns: 20, conn: slowPost,
 		Summary: "HTTP/1.1 POST announcing 10 MB, its body sent one byte per interval"},
-	{Name: "slow-read", Proto: "h1", Conns: 10, conn: slowRead,
+	{Name: "slow-read", Unit: "bytes read", Proto: "h1", Conns: 10, conn: slowRead,
 		Summary: "HTTP/1.1 GET of 64 MB read one KiB per interval through a small receive buffer"},
-	{Name: "quic-stall", Proto: "h3", Conns: 8, conn: quicStall,
+	{Name: "quic-stall", Unit: "streams", Proto: "h3", Conns: 8, conn: quicStall,
 		Summary: "QUIC connections opening every request stream they may and never sending HEADERS"},
-	{Name: "quic-initial-flood", Proto: "h3", flood: initialFlood,
+	{Name: "quic-initial-flood", Unit: "Initials", Proto: "h3", flood: initialFlood,
 		Summary: "QUIC Initials with a real ClientHello, each from its own spoofed 127.x.y.z address, never answered"},
-	{Name: "overload", Proto: "h2", Conns: 2, conn: overloadConn,
+	{Name: "overload", Unit: "requests", Proto: "h2", Conns: 2, conn: overloadConn,
 		Summary: "HTTP/2 connections each holding 100 requests that keep a handler busy 5 s, replaced as they end"},
 }
 
@@ -131,18 +137,28 @@ func (a *Attack) Run(ctx context.Context, t Target) (*Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.Duration)
 	defer cancel()
 	rec := newRecorder()
+	stop := make(chan struct{})
+	var series sync.WaitGroup
+	if t.SampleEvery > 0 {
+		series.Go(func() { rec.sample(t.SampleEvery, stop) })
+	}
+	var err error
 	if a.flood != nil {
-		err := a.flood(ctx, &t, rec)
-		return rec.outcome(), err
-	}
-	var wg sync.WaitGroup
-	for _, src := range t.Sources {
-		for range conns {
-			wg.Go(func() { a.worker(ctx, &t, src, rec) })
+		err = a.flood(ctx, &t, rec)
+	} else {
+		var wg sync.WaitGroup
+		for _, src := range t.Sources {
+			for range conns {
+				wg.Go(func() { a.worker(ctx, &t, src, rec) })
+			}
 		}
+		wg.Wait()
 	}
-	wg.Wait()
-	return rec.outcome(), nil
+	close(stop)
+	series.Wait()
+	out := rec.outcome()
+	out.SampleEvery = t.SampleEvery
+	return out, err
 }
 
 // worker runs connections of the attack one after another until ctx ends. A refused
@@ -182,9 +198,9 @@ type Outcome struct {
 	Refused int64 `json:"refused"`
 	// Retries counts the Retry packets received (quic-initial-flood).
 	Retries int64 `json:"retries,omitempty"`
-	// Sent counts what the attack sent: frames (HTTP/2 floods), streams (quic-stall),
-	// Initials (quic-initial-flood) or
-	// bytes (slow attacks).
+	// Sent counts what the attack sent, in its Attack.Unit: frames or streams (HTTP/2
+	// floods), streams (quic-stall), Initials (quic-initial-flood), requests (overload)
+	// or bytes (slow attacks).
 	Sent int64 `json:"sent"`
 	// Responses counts responses the attacker received, by status.
 	Responses int64         `json:"responses"`
@@ -203,6 +219,16 @@ type Outcome struct {
 	PeakOpen int64 `json:"peak_open"`
 	// LastError is the last dial error, for the report.
 	LastError string `json:"last_error,omitempty"`
+	// Start is when the attack began, on the wall clock: a runner in another process
+	// places the samples on its own time line with it.
+	Start time.Time `json:"start"`
+	// With Target.SampleEvery: SentPerSample[i] is what Sent counted in the i-th
+	// SampleEvery from Start (the last one also what was sent while the connections
+	// wound down), OpenPerSample[i] the connections (quic-stall: streams) open at its
+	// end.
+	SampleEvery   time.Duration `json:"sample_every_ns,omitempty"`
+	SentPerSample []int64       `json:"sent_per_sample,omitempty"`
+	OpenPerSample []int64       `json:"open_per_sample,omitempty"`
 }
 
 // recorder collects an attack's events from its workers. Safe for concurrent use.
@@ -210,15 +236,39 @@ type recorder struct {
 	conns, refused, sent, closed, held, retries atomic.Int64
 	open, peak                                  atomic.Int64
 	lastError                                   atomic.Value // string
+	start                                       time.Time
 
 	mu     sync.Mutex
 	status map[int]int64
 	goaway map[string]int64
 	lives  []time.Duration
+	// sent and open per sample, appended by sample alone
+	sentSamples, openSamples []int64
 }
 
 func newRecorder() *recorder {
-	return &recorder{status: map[int]int64{}, goaway: map[string]int64{}}
+	return &recorder{status: map[int]int64{}, goaway: map[string]int64{}, start: time.Now()}
+}
+
+// sample takes what sent counted and what is open every d from the recorder's start,
+// and once more when stop is closed.
+func (r *recorder) sample(d time.Duration, stop <-chan struct{}) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	var last int64
+	for done := false; !done; {
+		select {
+		case <-stop:
+			done = true
+		case <-tick.C:
+		}
+		n := r.sent.Load()
+		r.mu.Lock()
+		r.sentSamples = append(r.sentSamples, n-last)
+		r.openSamples = append(r.openSamples, r.open.Load())
+		r.mu.Unlock()
+		last = n
+	}
 }
 
 // opened counts a connection (or stream) in; the returned function counts it out.
@@ -267,6 +317,7 @@ func (r *recorder) outcome() *Outcome {
 		Conns: r.conns.Load(), Refused: r.refused.Load(), Sent: r.sent.Load(), Retries: r.retries.Load(),
 		Closed: r.closed.Load(), Held: r.held.Load(), PeakOpen: r.peak.Load(),
 		Status: r.status, GoAway: r.goaway,
+		Start: r.start, SentPerSample: r.sentSamples, OpenPerSample: r.openSamples,
 	}
 	for _, n := range r.status {
 		o.Responses += n

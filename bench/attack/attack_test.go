@@ -33,6 +33,7 @@ func TestRunStopsByItself(t *testing.T) {
 			out, err := a.Run(context.Background(), Target{
 				Addr: addr, Sources: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Conns: 1,
 				TLS: &tls.Config{InsecureSkipVerify: true}, Duration: d, Interval: 50 * time.Millisecond,
+				SampleEvery: 100 * time.Millisecond,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -42,6 +43,18 @@ func TestRunStopsByItself(t *testing.T) {
 			}
 			if out.Conns == 0 || out.Sent == 0 {
 				t.Errorf("nothing sent: %+v", out)
+			}
+			// The time series: a sample per 100 ms of the attack and one at its end,
+			// adding up to the total.
+			var sum int64
+			for _, n := range out.SentPerSample {
+				sum += n
+			}
+			if n := len(out.SentPerSample); n < 3 || n != len(out.OpenPerSample) || sum != out.Sent {
+				t.Errorf("%d samples (%d of open) adding up to %d, want ≥ 3 adding up to Sent %d", n, len(out.OpenPerSample), sum, out.Sent)
+			}
+			if out.Start.Before(start) || out.Start.After(start.Add(d)) || out.SampleEvery != 100*time.Millisecond {
+				t.Errorf("start %v (run began %v), sample every %v", out.Start, start, out.SampleEvery)
 			}
 		})
 	}

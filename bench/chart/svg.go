@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Chart is a small chart the scenarios write as a standalone SVG file: lines over a
@@ -30,16 +31,27 @@ type Chart struct {
 	// Panels draws each line in its own panel, stacked over a shared x axis and y
 	// range, so that lines which coincide stay visible. Line charts only.
 	Panels bool
+	// PanelY, with Panels, gives each panel a y range of its own, for lines of
+	// different units (a latency over a rate): each series' name, at the right of its
+	// panel, then says its unit.
+	PanelY bool
 }
 
 // Series is one line, or one bar per category.
 type Series struct {
 	Name string
+	// X and Y are a line's points (a NaN y leaves a gap), or Y a bar per category.
 	X, Y []float64
 	// Low and High, if set (bar charts), draw a whisker from Low[j] to High[j].
 	Low, High []float64
 	// Step draws a line as steps: each value holds until the next x.
 	Step bool
+	// YLog, in a chart with PanelY, draws this series' panel on a log scale, as the
+	// chart's YLog does every panel.
+	YLog bool
+	// Overlay, in a chart with Panels, draws this line in the panel of the series
+	// before it, on the same y axis, instead of a panel of its own.
+	Overlay bool
 }
 
 // Marker is a reference line with an optional label.
@@ -72,6 +84,7 @@ type svgPlot struct {
 	x0, x1, y0, y1 float64 // data ranges
 	h              float64 // document height
 	top, bottom    float64 // the band being drawn
+	log            bool    // the band's y axis is on a log scale
 }
 
 func (p *svgPlot) printf(format string, args ...any) { fmt.Fprintf(p.w, format, args...) }
@@ -84,8 +97,9 @@ func (p *svgPlot) write() {
 	if len(c.Categories) > 0 {
 		p.h += 13 * float64(p.labelLines()-1)
 	}
+	groups := p.panelGroups()
 	if panels {
-		n := float64(len(c.Series))
+		n := float64(len(groups))
 		p.h = plotT + plotB + n*panelH + (n-1)*panelGap
 	}
 	p.printf(`<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
@@ -95,15 +109,27 @@ func (p *svgPlot) write() {
 	p.printf(`<text x="%g" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", plotL, esc(c.Title))
 	switch {
 	case panels:
-		for i := range c.Series {
-			p.top = plotT + float64(i)*(panelH+panelGap)
+		for gi, g := range groups {
+			if c.PanelY {
+				log := c.YLog
+				for _, s := range c.Series[g[0]:g[1]] {
+					log = log || s.YLog
+				}
+				p.yRange(c.Series[g[0]:g[1]], log)
+			}
+			p.top = plotT + float64(gi)*(panelH+panelGap)
 			p.bottom = p.top + panelH
 			p.yAxis()
-			p.vLines(i == 0)
-			p.line(i)
+			p.vLines(gi == 0)
+			for i := g[0]; i < g[1]; i++ {
+				p.line(i)
+			}
 			p.hLines()
-			p.printf(`<text x="%.1f" y="%.1f" fill="%s" font-weight="bold">%s</text>`+"\n",
-				svgW-plotR+12, (p.top+p.bottom)/2+4, chartPalette[i%len(chartPalette)], esc(truncate(c.Series[i].Name, 24)))
+			for i := g[0]; i < g[1]; i++ {
+				y := (p.top+p.bottom)/2 + 4 + 16*(float64(i-g[0])-float64(g[1]-g[0]-1)/2)
+				p.printf(`<text x="%.1f" y="%.1f" fill="%s" font-weight="bold">%s</text>`+"\n",
+					svgW-plotR+12, y, chartPalette[i%len(chartPalette)], esc(truncate(c.Series[i].Name, 24)))
+			}
 		}
 		p.xAxis()
 	case len(c.Categories) > 0:
@@ -125,6 +151,20 @@ func (p *svgPlot) write() {
 		p.legend()
 	}
 	p.printf("</svg>\n")
+}
+
+// panelGroups returns the series of each panel, [from, to): one each, with the
+// overlays that follow it.
+func (p *svgPlot) panelGroups() [][2]int {
+	var groups [][2]int
+	for i, s := range p.c.Series {
+		if s.Overlay && len(groups) > 0 {
+			groups[len(groups)-1][1] = i + 1
+			continue
+		}
+		groups = append(groups, [2]int{i, i + 1})
+	}
+	return groups
 }
 
 // labelLines is the most lines a category name wraps to.
@@ -150,16 +190,34 @@ func (p *svgPlot) hLines() {
 func (p *svgPlot) ranges() {
 	c := p.c
 	p.x0, p.x1 = math.Inf(1), math.Inf(-1)
-	p.y0, p.y1 = 0, math.Inf(-1)
 	for _, s := range c.Series {
+		for i := range min(len(s.X), len(s.Y)) {
+			p.x0, p.x1 = min(p.x0, s.X[i]), max(p.x1, s.X[i])
+		}
+	}
+	for _, m := range c.VLines {
+		p.x0, p.x1 = min(p.x0, m.At), max(p.x1, m.At)
+	}
+	if math.IsInf(p.x0, 1) || p.x1 <= p.x0 {
+		p.x0, p.x1 = 0, 1
+	}
+	p.yRange(c.Series, c.YLog)
+}
+
+// yRange sets the y range of a band drawing series, on a log scale if log.
+func (p *svgPlot) yRange(series []Series, log bool) {
+	c := p.c
+	p.log = log
+	p.y0, p.y1 = 0, math.Inf(-1)
+	for _, s := range series {
 		for i, y := range s.Y {
+			if math.IsNaN(y) {
+				continue // a gap in a line
+			}
 			p.y1 = max(p.y1, y)
 			p.y0 = min(p.y0, y)
 			if i < len(s.High) {
 				p.y1 = max(p.y1, s.High[i])
-			}
-			if i < len(s.X) {
-				p.x0, p.x1 = min(p.x0, s.X[i]), max(p.x1, s.X[i])
 			}
 		}
 	}
@@ -167,23 +225,17 @@ func (p *svgPlot) ranges() {
 		p.y1 = max(p.y1, m.At)
 		p.y0 = min(p.y0, m.At)
 	}
-	for _, m := range c.VLines {
-		p.x0, p.x1 = min(p.x0, m.At), max(p.x1, m.At)
+	if log {
+		p.logRange(series)
 	}
-	if c.YLog {
-		p.logRange()
-	}
-	if c.YMax > c.YMin && (!c.YLog || c.YMin > 0) {
+	if c.YMax > c.YMin && (!log || c.YMin > 0) {
 		p.y0, p.y1 = c.YMin, c.YMax
 	}
-	if c.YLog {
+	if log {
 		return
 	}
 	if math.IsInf(p.y1, -1) || p.y1 <= p.y0 {
 		p.y1 = p.y0 + 1
-	}
-	if math.IsInf(p.x0, 1) || p.x1 <= p.x0 {
-		p.x0, p.x1 = 0, 1
 	}
 	if !(c.YMax > c.YMin) {
 		st := niceStep((p.y1 - p.y0) / 5)
@@ -192,16 +244,16 @@ func (p *svgPlot) ranges() {
 	}
 }
 
-// logRange sets the y range of a log-scale chart to whole decades around the positive
-// values (one decade, 1 to 10, if there are none).
-func (p *svgPlot) logRange() {
+// logRange sets the y range of a log-scale band to whole decades around the positive
+// values of series (one decade, 1 to 10, if there are none).
+func (p *svgPlot) logRange(series []Series) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	see := func(v float64) {
 		if v > 0 && !math.IsInf(v, 0) {
 			lo, hi = min(lo, v), max(hi, v)
 		}
 	}
-	for _, s := range p.c.Series {
+	for _, s := range series {
 		for i, y := range s.Y {
 			see(y)
 			if i < len(s.Low) {
@@ -230,7 +282,7 @@ func (p *svgPlot) sx(x float64) float64 {
 }
 
 func (p *svgPlot) sy(y float64) float64 {
-	if p.c.YLog {
+	if p.log {
 		y = max(y, p.y0) // zero and below sit on the floor
 		return p.bottom - math.Log10(y/p.y0)/math.Log10(p.y1/p.y0)*(p.bottom-p.top)
 	}
@@ -247,7 +299,7 @@ func (p *svgPlot) yAxis() {
 			p.printf(`<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, label)
 		}
 	}
-	if p.c.YLog {
+	if p.log {
 		// Decades, labelled; 2× and 5× lines too when there are few decades.
 		decades := int(math.Round(math.Log10(p.y1 / p.y0)))
 		for d := 0; d <= decades; d++ {
@@ -289,34 +341,66 @@ func (p *svgPlot) xAxis() {
 	p.printf(`<text x="14" y="%.1f" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>`+"\n", mid, mid, esc(c.YLabel))
 }
 
-// vLines draws the vertical markers across the current band, labelled if label is set.
+// vLines draws the vertical markers across the current band, labelled if label is set:
+// above the band, or, where labels would overlap there, in rows inside its top.
 func (p *svgPlot) vLines(label bool) {
+	var rows []float64 // the right end of each row's last label
 	for _, m := range p.c.VLines {
 		x := p.sx(m.At)
 		p.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="3,3"/>`+"\n", x, p.top, x, p.bottom)
-		if label && m.Label != "" {
-			p.printf(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555" font-size="10">%s</text>`+"\n", x, p.top-3, esc(m.Label))
+		if !label || m.Label == "" {
+			continue
 		}
+		w := labelCharW * float64(utf8.RuneCountInString(m.Label))
+		row := 0
+		for row < len(rows) && x-w/2 < rows[row]+4 {
+			row++
+		}
+		if row == len(rows) {
+			rows = append(rows, 0)
+		}
+		rows[row] = x + w/2
+		y := p.top - 3
+		if row > 0 {
+			y = p.top + 11*float64(row)
+		}
+		p.printf(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555" font-size="10" stroke="white" stroke-width="3" paint-order="stroke">%s</text>`+"\n",
+			x, y, esc(m.Label))
 	}
 }
 
-// line draws series i as a line in the current band.
+// labelCharW is the width of a character of a marker's label (font size 10), roughly.
+const labelCharW = 5.5
+
+// line draws series i as a line in the current band, a gap where y is NaN (a step
+// holds until the gap's x).
 func (p *svgPlot) line(i int) {
 	s := p.c.Series[i]
 	var b strings.Builder
-	n := min(len(s.X), len(s.Y))
-	for k := range n {
-		x, y := p.sx(s.X[k]), p.sy(s.Y[k])
+	drawing := false
+	for k := range min(len(s.X), len(s.Y)) {
+		x := p.sx(s.X[k])
+		if math.IsNaN(s.Y[k]) {
+			if drawing && s.Step {
+				fmt.Fprintf(&b, " H%.1f", x)
+			}
+			drawing = false
+			continue
+		}
+		y := p.sy(s.Y[k])
 		switch {
-		case k == 0:
+		case !drawing && b.Len() > 0:
+			fmt.Fprintf(&b, " M%.1f,%.1f", x, y)
+		case !drawing:
 			fmt.Fprintf(&b, "M%.1f,%.1f", x, y)
 		case s.Step:
 			fmt.Fprintf(&b, " H%.1f V%.1f", x, y)
 		default:
 			fmt.Fprintf(&b, " L%.1f,%.1f", x, y)
 		}
+		drawing = true
 	}
-	if n == 0 {
+	if b.Len() == 0 {
 		return
 	}
 	p.printf(`<path d="%s" fill="none" stroke="%s" stroke-width="1.6" stroke-linejoin="round"/>`+"\n",

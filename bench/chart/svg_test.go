@@ -2,7 +2,9 @@ package chart
 
 import (
 	"bytes"
+	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -38,6 +40,44 @@ func TestChartSVG(t *testing.T) {
 				},
 			},
 			want: []string{`height="318"`, ">fixed<", ">sliding<"},
+		},
+		{
+			name: "panels with their own y ranges",
+			chart: Chart{
+				Title: "own ranges", Panels: true, PanelY: true,
+				Series: []Series{
+					{Name: "p99 ms", X: []float64{0, 1, 2}, Y: []float64{1, 100, 2}, Step: true, YLog: true},
+					{Name: "frames/s", X: []float64{0, 1, 2}, Y: []float64{0, 50000, 0}, Step: true},
+				},
+			},
+			// A shared linear range (0–50 000) would tick neither 10 nor 100.
+			want: []string{">1<", ">10<", ">100<", ">40000<", ">p99 ms<", ">frames/s<"},
+		},
+		{
+			name: "an overlay in a panel",
+			chart: Chart{
+				Panels: true, PanelY: true,
+				Series: []Series{
+					{Name: "attacked", X: []float64{0, 1}, Y: []float64{1, 2}},
+					{Name: "control", X: []float64{0, 1}, Y: []float64{1, 300}, Overlay: true},
+					{Name: "rate", X: []float64{0, 1}, Y: []float64{5, 0}},
+				},
+			},
+			// Two panels (36 + 48 + 2 × 110 + 14 high); the first's range reaches the
+			// overlay's 300.
+			want: []string{`height="318"`, ">attacked<", ">control<", ">rate<", ">300<"},
+		},
+		{
+			name: "a gap in a line",
+			chart: Chart{
+				Series: []Series{
+					{Name: "steps", X: []float64{0, 1, 2, 3}, Y: []float64{1, math.NaN(), 3, 4}, Step: true},
+					{Name: "line", X: []float64{0, 1, 2}, Y: []float64{math.NaN(), 2, 1}},
+				},
+			},
+			// The step holds until the gap (x 1: 232.7) and starts again after it (x 2:
+			// 401.3), the line starts after its own.
+			want: []string{` H232.7 M401.3,`, `d="M232.7,`},
 		},
 		{
 			name: "bars with whiskers",
@@ -91,6 +131,31 @@ func TestChartSVG(t *testing.T) {
 				t.Errorf("non-finite coordinates in\n%s", s)
 			}
 		})
+	}
+}
+
+// TestMarkerLabels: labels of markers too close to share the row above the plot go
+// to rows inside its top, one below the other; a lone one stays above.
+func TestMarkerLabels(t *testing.T) {
+	c := Chart{
+		Series: []Series{{Name: "a", X: []float64{0, 20}, Y: []float64{1, 1}}},
+		VLines: []Marker{{At: 3, Label: "attack start"}, {At: 3.1, Label: "first ban"}, {At: 3.2, Label: "third"}, {At: 18, Label: "attack end"}},
+	}
+	var b bytes.Buffer
+	if err := c.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckSVG(t, b.Bytes())
+	y := map[string]string{}
+	for _, m := range regexp.MustCompile(`<text x="[0-9.]+" y="([0-9.]+)"[^>]*>([a-z ]+)</text>`).FindAllStringSubmatch(b.String(), -1) {
+		y[m[2]] = m[1]
+	}
+	above := fmt.Sprintf("%.1f", plotT-3)
+	if y["attack start"] != above || y["attack end"] != above {
+		t.Errorf("lone labels at y %q and %q, want %s above the plot", y["attack start"], y["attack end"], above)
+	}
+	if y["first ban"] == "" || y["third"] == "" || y["first ban"] == above || y["third"] == y["first ban"] || y["third"] == above {
+		t.Errorf("crowded labels at y %q, %q (the first at %q): want each in a row of its own", y["first ban"], y["third"], y["attack start"])
 	}
 }
 

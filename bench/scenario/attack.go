@@ -208,6 +208,8 @@ type attackFigures struct {
 	// overload: the legitimate clients once the attack and its held requests ended.
 	AfterSuccess float64 `json:"legit_after_success,omitempty"`
 	AfterP99us   int64   `json:"legit_after_p99_us,omitempty"`
+	// Timeline is the run's time series, the chart's data.
+	Timeline *attackTimeline `json:"timeline"`
 }
 
 // RunAttack runs the named attack against an h3edge process (see the package's
@@ -267,11 +269,17 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	if e.opt.Short {
 		quiet = 1500 * time.Millisecond
 	}
-	load := func(s *server, sources []netip.Addr, d time.Duration) (*bench.Result, error) {
+	// The time series, from the start of the quiet phase (attack_timeline.go).
+	series := &legitSeries{t0: time.Now()}
+	var ctlSeries *legitSeries
+	if ctl != nil {
+		ctlSeries = &legitSeries{t0: series.t0}
+	}
+	load := func(s *server, sources []netip.Addr, d time.Duration, ls *legitSeries) (*bench.Result, error) {
 		return runLoad(ctx, bench.Config{
 			URL: s.url("/"), Proto: proto, Connections: len(sources), Streams: 1,
 			Rate: float64(len(sources) * attackLegitRate), Duration: d, Timeout: 2 * time.Second,
-			Sources: sources, Pins: []string{s.pin},
+			Sources: sources, Pins: []string{s.pin}, OnMeasured: ls.record,
 		})
 	}
 	// legitLoad runs the legitimate clients on srv and, in full mode, on ctl at the
@@ -280,9 +288,9 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 		var cerr error
 		var wg sync.WaitGroup
 		if ctl != nil {
-			wg.Go(func() { cres, cerr = load(ctl, ctlLegit, d) })
+			wg.Go(func() { cres, cerr = load(ctl, ctlLegit, d, ctlSeries) })
 		}
-		res, err = load(srv, legit, d)
+		res, err = load(srv, legit, d, series)
 		wg.Wait()
 		return res, cres, errors.Join(err, cerr)
 	}
@@ -301,7 +309,7 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 		return nil, err
 	}
 	target := attack.Target{Addr: srv.addr, Sources: srcs, Conns: p.conns, TLS: tc, Duration: p.duration, Interval: p.interval,
-		Count: p.count, Rate: p.rate}
+		Count: p.count, Rate: p.rate, SampleEvery: attackSampleEvery}
 
 	e.logf("attack %s: %d sources, %v, with the legitimate clients", a.Name, len(srcs), p.duration)
 	cpu0, err := srv.cpu()
@@ -350,7 +358,7 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 		if !sleep(ctx, 6*time.Second) {
 			return nil, ctx.Err()
 		}
-		if after, err = load(srv, legit, quiet); err != nil {
+		if after, err = load(srv, legit, quiet, series); err != nil {
 			return nil, err
 		}
 	}
@@ -391,9 +399,12 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 	}
 	bans := watch.result()
 	f.Banned = len(bans)
+	firstBan := time.Duration(-1)
 	if len(bans) > 0 {
-		f.FirstBanSec = slices.Min(bans).Seconds()
+		firstBan = slices.Min(bans)
+		f.FirstBanSec = firstBan.Seconds()
 	}
+	f.Timeline = newAttackTimeline(series, ctlSeries, a, out, t0, p.duration, firstBan)
 
 	// The verdict: every check of the plan, the full mode's strict ones too.
 	var fails []string
@@ -453,6 +464,7 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 				fmt.Sprintf("%d/%d", f.Banned, len(srcs)), banText(f), attackerText(out)},
 		},
 		Figures: f,
+		Chart:   attackChart(a.Name, f.Timeline),
 		Notes: []string{fmt.Sprintf("attacker: %d connections, %d refused, %d closed by h3edge (close p50 %v, max %v), %d held at the end, at most %d open at once, goaway %v, sent %d",
 			out.Conns, out.Refused, out.Closed, out.CloseP50.Round(time.Millisecond), out.CloseMax.Round(time.Millisecond), out.Held, out.PeakOpen, out.GoAway, out.Sent),
 			fmt.Sprintf("h3edge: at most %d connections held at once (open files above idle), %d KiB of peak RSS above idle each", f.Held, f.PerHeld>>10)},
@@ -635,7 +647,7 @@ func (e *env) runAttacker(ctx context.Context, a *attack.Attack, t attack.Target
 	}
 	argv := e.opt.AttackCommand([]string{"-attack", a.Name, "-addr", t.Addr.String(), "-sources", sources,
 		"-conns", strconv.Itoa(t.Conns), "-duration", t.Duration.String(), "-interval", t.Interval.String(), "-pin", pin,
-		"-count", strconv.Itoa(t.Count), "-rate", strconv.FormatFloat(t.Rate, 'g', -1, 64)})
+		"-count", strconv.Itoa(t.Count), "-rate", strconv.FormatFloat(t.Rate, 'g', -1, 64), "-sample-every", t.SampleEvery.String()})
 	if nice, err := exec.LookPath("nice"); err == nil {
 		argv = append([]string{nice, "-n", "19"}, argv...)
 	}

@@ -25,13 +25,14 @@ func runAttack(args []string, stdout, stderr io.Writer) int {
 	var (
 		opt      scenario.Options
 		jsonFile = fs.String("json", "", "write the report as JSON to this file")
+		svgFile  = fs.String("svg", "", "write the chart (legitimate p99 and success, the attacker's rate, per 250 ms; the ban marked) as SVG to this file")
 		quiet    = fs.Bool("q", false, "no progress lines on stderr")
 	)
 	fs.BoolVar(&opt.Short, "short", false, "short mode (a few seconds, as CI runs it; only the functional checks)")
 	fs.StringVar(&opt.H3edge, "h3edge", "", "h3edge binary (default: $H3EDGE, else go build ./cmd/h3edge of the module in the working directory)")
 	fs.BoolVar(&opt.NoPin, "no-pin", false, "do not pin h3edge to CPU 0 and h3bench to CPU 1 with taskset")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: h3bench attack NAME [-short] [-json FILE] [-h3edge PATH] [-no-pin] [-q]")
+		fmt.Fprintln(stderr, "usage: h3bench attack NAME [-short] [-json FILE] [-svg FILE] [-h3edge PATH] [-no-pin] [-q]")
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, "\nattacks:")
 		tw := tabwriter.NewWriter(stderr, 0, 0, 2, ' ', 0)
@@ -62,7 +63,7 @@ func runAttack(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "h3bench attack %s: %v\n", name, err)
 		return exitNoRun
 	}
-	return report(stdout, stderr, "h3bench attack", rep, *jsonFile, "")
+	return report(stdout, stderr, "h3bench attack", rep, *jsonFile, *svgFile)
 }
 
 // runAttackClient runs h3bench attack-client (not advertised): the attacker of
@@ -80,6 +81,7 @@ func runAttackClient(args []string, stdout, stderr io.Writer) int {
 		pin      = fs.String("pin", "", "the server's SPKI pin")
 		count    = fs.Int("count", 0, "quic-initial-flood: Initials to send, each from its own address")
 		rate     = fs.Float64("rate", 0, "quic-initial-flood: Initials per second")
+		every    = fs.Duration("sample-every", 0, "also report what was sent per this interval (0: totals only)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -107,7 +109,7 @@ func runAttackClient(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out, err := a.Run(ctx, attack.Target{Addr: dst, Sources: srcs, Conns: *conns, TLS: tc, Duration: *duration, Interval: *interval,
-		Count: *count, Rate: *rate})
+		Count: *count, Rate: *rate, SampleEvery: *every})
 	if err != nil {
 		fmt.Fprintf(stderr, "h3bench attack-client: %v\n", err)
 		return exitNoRun

@@ -6,7 +6,7 @@
 //	        [-timeout 5s] [-warmup 1s] [-json FILE] [-method GET] [-body-size N]
 //	        [-respect-limits]
 //	h3bench scenario NAME [-short] [-json FILE] [-svg FILE] [-h3edge PATH] [-no-pin]
-//	h3bench attack NAME [-short] [-json FILE] [-h3edge PATH] [-no-pin]
+//	h3bench attack NAME [-short] [-json FILE] [-svg FILE] [-h3edge PATH] [-no-pin]
 //
 // Exit codes of a run: 0 the run completed and got responses, 1 a runtime failure or not
 // a single response, 2 bad usage.
@@ -19,9 +19,10 @@
 // lists them.
 //
 // An attack (rapid-reset, made-you-reset, continuation, hpack-bomb, settings-flood,
-// ping-flood, empty-frames, slowloris, slow-post, slow-read, quic-stall) runs one
-// protocol abuse against an h3edge process while 20 legitimate clients keep working,
-// with the scenarios' exit codes. `h3bench attack` alone lists them.
+// ping-flood, empty-frames, slowloris, slow-post, slow-read, quic-stall,
+// quic-initial-flood, overload) runs one protocol abuse against an h3edge process while
+// 20 legitimate clients keep working, with the scenarios' exit codes; -svg draws the
+// run's time line. `h3bench attack` alone lists them.
 //
 // "h3bench serve-bare -listen ADDR" (not advertised) runs the bare baseline server the
 // scenarios compare h3edge with; "h3bench serve-origin -listen ADDR" (not advertised)

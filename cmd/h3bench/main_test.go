@@ -74,6 +74,8 @@ func TestScenarioCommand(t *testing.T) {
 		{[]string{"scenario", "baseline", "extra"}, 2, "unexpected argument"},
 		{[]string{"scenario", "-bogus"}, 2, "flag provided but not defined"},
 		{[]string{"serve-bare", "extra"}, 2, "unexpected argument"},
+		{[]string{"attack"}, 2, "[-svg FILE]"},
+		{[]string{"attack", "nope", "-svg", "x.svg"}, 2, "unknown attack"},
 	} {
 		var out, errOut strings.Builder
 		code := run(tc.args, &out, &errOut)
