@@ -9,6 +9,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -167,19 +168,47 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 	if body != nil && resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusServiceUnavailable {
 		body.settle() // this try's answer stands: the rest of the body streams unkept
 	}
-	resp.Body = wrapBody(resp.Body, func() {
-		t.inflight.Add(-1)
-		cancel(nil)
-		p.requestDone()
-	})
+	tb := &tr.resp
+	*tb = tryBody{p: p, t: t, cancel: cancel}
+	if _, ok := resp.Body.(io.ReadWriteCloser); ok {
+		resp.Body = wrapBody(resp.Body, tb.end) // a 101's: the proxy writes to it too
+	} else {
+		tb.ReadCloser, resp.Body = resp.Body, tb
+	}
 	return resp, nil, true
 }
 
-// tryRequest is a try's copy of the request with its own URL and body reader.
+// tryRequest is a try's copy of the request with its own URL and body reader, and
+// its response body's wrapper.
 type tryRequest struct {
 	req  http.Request
 	url  url.URL
 	body attemptBody
+	resp tryBody
+}
+
+// tryBody is a try's response body: closed, it ends the try (its place in the in-flight
+// counts, its timeout's context).
+type tryBody struct {
+	io.ReadCloser
+	p      *Pool
+	t      *target
+	cancel func(error)
+	closed atomic.Bool
+}
+
+func (b *tryBody) Close() error {
+	err := b.ReadCloser.Close()
+	if !b.closed.Swap(true) {
+		b.end()
+	}
+	return err
+}
+
+func (b *tryBody) end() {
+	b.t.inflight.Add(-1)
+	b.cancel(nil)
+	b.p.requestDone()
 }
 
 // deadlineTransport is a Transport that bounds the wait for a response header
