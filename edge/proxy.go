@@ -47,12 +47,19 @@ func forwarded(trusted []netip.Prefix) func(out, in *http.Request) {
 		out.Header["X-Forwarded-Host"] = vs[1:2:2]
 		out.Header["X-Forwarded-Proto"] = httpsValue
 		// Via names the protocol the client spoke (RFC 9110 §7.6.3).
-		out.Header["Via"] = append(out.Header["Via"], viaValue(in))
+		if prior := out.Header["Via"]; len(prior) > 0 {
+			out.Header["Via"] = append(prior, viaValue(in)[0])
+		} else {
+			out.Header["Via"] = viaValue(in)
+		}
 	}
 }
 
-// httpsValue is every request's X-Forwarded-Proto, shared: nothing changes it in place.
-var httpsValue = []string{"https"}
+// Field values every request shares (nothing changes them in place; an append copies).
+var (
+	httpsValue       = []string{"https"}
+	via1, via2, via3 = []string{"1.1 h3edge"}, []string{"2 h3edge"}, []string{"3 h3edge"}
+)
 
 // proxyError maps a failed upstream exchange to 504 (timeout) or 502 (anything else),
 // and logs why (sampled: a dead upstream fails every request). A client that went away
@@ -137,12 +144,12 @@ func joinComma(vs []string) string {
 	return out
 }
 
-func viaValue(r *http.Request) string {
+func viaValue(r *http.Request) []string {
 	switch r.ProtoMajor {
 	case 3:
-		return "3 h3edge"
+		return via3
 	case 2:
-		return "2 h3edge"
+		return via2
 	}
-	return "1.1 h3edge"
+	return via1
 }
