@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"time"
 
@@ -36,20 +35,31 @@ func (s *Server) buildOrigin(cfg *config.Config, prev *routing) (http.Handler, *
 
 // forwarded returns the Rewrite step that rebuilds the forwarded fields from the real
 // peer: X-Forwarded-For keeps an incoming chain only when the peer is a trusted proxy.
-func forwarded(trusted []netip.Prefix) func(*httputil.ProxyRequest) {
-	return func(pr *httputil.ProxyRequest) {
-		peer := identity.PeerAddr(pr.In).String()
+func forwarded(trusted []netip.Prefix) func(out, in *http.Request) {
+	return func(out, in *http.Request) {
+		peer := identity.PeerAddr(in).String()
 		xff := peer
-		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted, identity.PeerAddr(pr.In)) {
+		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted, identity.PeerAddr(in)) {
 			xff = joinComma(prior) + ", " + peer
 		}
-		pr.Out.Header["X-Forwarded-For"] = []string{xff}
-		pr.Out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
-		pr.Out.Header["X-Forwarded-Proto"] = []string{"https"}
+		vs := []string{xff, in.Host} // one allocation; full slices, so an append copies
+		out.Header["X-Forwarded-For"] = vs[0:1:1]
+		out.Header["X-Forwarded-Host"] = vs[1:2:2]
+		out.Header["X-Forwarded-Proto"] = httpsValue
 		// Via names the protocol the client spoke (RFC 9110 §7.6.3).
-		pr.Out.Header["Via"] = append(pr.Out.Header["Via"], viaValue(pr.In))
+		if prior := out.Header["Via"]; len(prior) > 0 {
+			out.Header["Via"] = append(prior, viaValue(in)[0])
+		} else {
+			out.Header["Via"] = viaValue(in)
+		}
 	}
 }
+
+// Field values every request shares (nothing changes them in place; an append copies).
+var (
+	httpsValue       = []string{"https"}
+	via1, via2, via3 = []string{"1.1 h3edge"}, []string{"2 h3edge"}, []string{"3 h3edge"}
+)
 
 // proxyError maps a failed upstream exchange to 504 (timeout) or 502 (anything else),
 // and logs why (sampled: a dead upstream fails every request). A client that went away
@@ -134,12 +144,12 @@ func joinComma(vs []string) string {
 	return out
 }
 
-func viaValue(r *http.Request) string {
+func viaValue(r *http.Request) []string {
 	switch r.ProtoMajor {
 	case 3:
-		return "3 h3edge"
+		return via3
 	case 2:
-		return "2 h3edge"
+		return via2
 	}
-	return "1.1 h3edge"
+	return via1
 }

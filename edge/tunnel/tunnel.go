@@ -57,8 +57,8 @@ func acceptKey(key string) string {
 }
 
 // Tunnel is the ResponseWriter of a WebSocket that came as an extended CONNECT. To the
-// handlers it is an HTTP/1.1 connection that can be hijacked, as ReverseProxy does on
-// 101 Switching Protocols; the 101 head ReverseProxy then writes into the connection
+// handlers it is an HTTP/1.1 connection that can be hijacked, as the proxy (upstream.Pool) does
+// on 101 Switching Protocols; the 101 head the proxy then writes into the connection
 // becomes a 200 on the stream, and the rest of what it writes is sent as the stream's
 // data, flushed at once. Reads come from the request stream.
 //
@@ -76,7 +76,7 @@ type Tunnel struct {
 
 	// mu guards the state and the head; Write holds it while it writes, so that close
 	// (on the handler's goroutine, when it returns) waits for a write from
-	// ReverseProxy's copying goroutine to end: the stream must not be written to after
+	// the proxy's copying goroutine to end: the stream must not be written to after
 	// the handler returned.
 	mu    sync.Mutex
 	state tunnelState
@@ -88,7 +88,7 @@ type tunnelState int
 const (
 	tunnelHandshake tunnelState = iota // not hijacked: an ordinary response
 	tunnelDiscard                      // a 2xx without the switch was answered 502: drop its body
-	tunnelHead                         // hijacked: ReverseProxy writes the 101's head
+	tunnelHead                         // hijacked: the proxy writes the 101's head
 	tunnelOpen                         // the 200 is sent: bytes are the tunnel's
 	tunnelClosed                       // the handler returned
 )
@@ -144,7 +144,7 @@ func (t *Tunnel) FlushError() error {
 // not answer itself.
 func (t *Tunnel) Unwrap() http.ResponseWriter { return t.w }
 
-// Hijack hands ReverseProxy the tunnel as a connection, once.
+// Hijack hands the proxy the tunnel as a connection, once.
 func (t *Tunnel) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -171,8 +171,8 @@ func (t *Tunnel) write(p []byte) (int, error) {
 	default:
 		return 0, errTunnelClosed
 	}
-	// The 101's head, as ReverseProxy writes it: its fields are in t.w.Header()
-	// already (ReverseProxy copied them there), so only its end matters.
+	// The 101's head, as the proxy writes it: its fields are in t.w.Header()
+	// already (the proxy copied them there), so only its end matters.
 	t.head = append(t.head, p...)
 	end := bytes.Index(t.head, []byte("\r\n\r\n"))
 	if end < 0 {
@@ -194,7 +194,7 @@ func (t *Tunnel) write(p []byte) (int, error) {
 		delete(h, name)
 	}
 	if accept != t.accept {
-		// Back to an ordinary answer: ReverseProxy's error handler answers 502.
+		// Back to an ordinary answer: the proxy's error handler answers 502.
 		t.state = tunnelHandshake
 		return 0, errBadAccept
 	}
@@ -226,7 +226,7 @@ func (t *Tunnel) Close() {
 	}
 }
 
-// tunnelConn is the Tunnel as ReverseProxy's hijacked connection.
+// tunnelConn is the Tunnel as the proxy's hijacked connection.
 type tunnelConn struct{ t *Tunnel }
 
 func (c *tunnelConn) Read(p []byte) (int, error)  { return c.t.body.Read(p) }
@@ -245,7 +245,7 @@ func (c *tunnelConn) SetDeadline(time.Time) error      { return nil }
 func (c *tunnelConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *tunnelConn) SetWriteDeadline(time.Time) error { return nil }
 
-// tunnelAddr names the stream a tunnelConn runs over (ReverseProxy asks for none).
+// tunnelAddr names the stream a tunnelConn runs over (the proxy asks for none).
 type tunnelAddr struct{}
 
 func (tunnelAddr) Network() string { return "stream" }

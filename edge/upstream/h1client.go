@@ -83,24 +83,24 @@ func hostPort(host, port string) string {
 // RoundTrip sends req and reads the response header. The response body reads from the
 // connection; reading it to the end or closing it gives the connection back.
 func (c *h1Client) RoundTrip(req *http.Request) (*http.Response, error) {
-	return c.roundTripBy(req, time.Time{})
+	return c.roundTripBy(req, time.Time{}, nil)
 }
 
 // roundTripBy is RoundTrip with the wait for the response header bounded by deadline
 // (none if zero): the connection's deadlines bound it, and ErrTimeout reports it.
 // The fallback is given a context with the deadline instead.
-func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time) (*http.Response, error) {
+func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time, info informer) (*http.Response, error) {
 	body, inline := c.inlineBody(req)
 	if !inline {
-		return c.fallbackBy(req, deadline)
+		return c.fallbackBy(req, deadline, info)
 	}
-	if body != nil {
+	if body == http.NoBody { // an empty body dropped: a copy that says so (else body is req.Body)
 		req = shallowWithBody(req, body)
 	}
 	hp := headPool.Get().(*[]byte)
 	defer func() { *hp = (*hp)[:0]; headPool.Put(hp) }()
 	if _, err := appendRequestHead(hp, req); err != nil {
-		return c.fallbackBy(req, deadline)
+		return c.fallbackBy(req, deadline, info)
 	}
 	ctx := req.Context()
 	for {
@@ -108,7 +108,7 @@ func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time) (*http.Res
 		if err != nil {
 			return nil, timeoutAs(err, deadline)
 		}
-		resp, err := pc.roundTrip(req, *hp, deadline)
+		resp, err := pc.roundTrip(req, *hp, deadline, info)
 		if err == nil {
 			return resp, nil
 		}
@@ -132,12 +132,20 @@ func timeoutAs(err error, deadline time.Time) error {
 	return err
 }
 
-// fallbackBy sends req through the net/http Transport within deadline.
-func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time) (*http.Response, error) {
+// fallbackBy sends req through the net/http Transport within deadline, telling info
+// of 1xx responses through the context.
+func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info informer) (*http.Response, error) {
+	ctx := req.Context()
+	if info != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: info.got1xx})
+	}
 	if deadline.IsZero() {
+		if info != nil {
+			req = req.WithContext(ctx)
+		}
 		return c.fallback.RoundTrip(req)
 	}
-	ctx, cancel := context.WithCancelCause(req.Context())
+	ctx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(time.Until(deadline), func() { cancel(ErrTimeout) })
 	resp, err := c.fallback.RoundTrip(req.WithContext(ctx))
 	timer.Stop()
@@ -439,7 +447,7 @@ func (pc *h1Conn) alive() bool {
 
 // roundTrip writes req and reads the response header on the calling goroutine. A
 // cancelled context fails the read or write in progress through the deadline.
-func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) (*http.Response, error) {
+func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, info informer) (*http.Response, error) {
 	ctx := req.Context()
 	pc.nread = 0
 	pc.stop = context.AfterFunc(ctx, pc.abort)
@@ -489,8 +497,14 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time) 
 			resp.Body = b
 			return resp, nil
 		}
-		// 1xx: passed on (ReverseProxy forwards them through this hook), then the
-		// real response follows.
+		// 1xx: passed on (to info, or to a ClientTrace hook as ReverseProxy's), then
+		// the real response follows.
+		if info != nil {
+			if err := info.got1xx(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return fail(err)
+			}
+			continue
+		}
 		if trace == nil {
 			trace = httptrace.ContextClientTrace(ctx)
 		}
@@ -517,7 +531,7 @@ func (pc *h1Conn) bodyBuffered(resp *http.Response) bool {
 // is closed: the origin said close, the body was not read to its end, the context
 // ended).
 //
-// One is made per response, not kept in the connection: ReverseProxy closes a body
+// One is made per response, not kept in the connection: the proxy closes a body
 // after its end, when the connection may carry the next request already.
 type h1Body struct {
 	pc   *h1Conn

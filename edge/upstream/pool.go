@@ -3,10 +3,10 @@
 // hashing by client key), active health checks and passive outlier ejection, retries
 // under a retry budget, and the proxying transport (DESIGN.md §9).
 //
-// A Pool is an http.Handler: it proxies a request with net/http/httputil's
-// ReverseProxy to one of its targets, each reached through its own Transport, so the
-// transport can be replaced (Config.NewTransport) without touching balancing, health
-// or retries.
+// A Pool is an http.Handler: it proxies a request to one of its targets with a proxy
+// loop of its own (proxy.go: what httputil.ReverseProxy does, without its copies),
+// each target reached through its own Transport, so the transport can be replaced
+// (Config.NewTransport) without touching balancing, health or retries.
 package upstream
 
 import (
@@ -15,7 +15,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -145,9 +144,12 @@ type Config struct {
 	MaxConnections int
 	// RootCAs verifies https:// targets. If nil, the system roots are used.
 	RootCAs *x509.CertPool
-	// Rewrite, if not nil, adjusts each outgoing request (forwarded fields, Host) after
-	// the pool has set it up; it must not change the URL's scheme or host.
-	Rewrite func(*httputil.ProxyRequest)
+	// Rewrite, if not nil, adjusts each outgoing request out (forwarded fields, Host)
+	// after the pool has set it up from the incoming request in, which it must not
+	// change. out's header is its own, its value slices shared with in's: set a field
+	// to a new slice rather than change a value in place (an append copies). Rewrite
+	// must not change the URL's scheme or host.
+	Rewrite func(out, in *http.Request)
 	// ErrorHandler answers a request the pool could not proxy: ErrNoHealthy (a
 	// *NoHealthyError), ErrTimeout, or the transport's error. If nil, 502 (503 and 504
 	// for those two) with no body.
@@ -168,7 +170,6 @@ type Config struct {
 type Pool struct {
 	cfg     Config
 	targets []*target
-	proxy   *httputil.ReverseProxy
 	log     *slog.Logger
 	budget  retryBudget
 	stats   poolStats
@@ -219,25 +220,6 @@ func New(cfg Config) (*Pool, error) {
 		}
 		p.targets = append(p.targets, newTarget(i, t, cfg.NewTransport(t, &cfg)))
 	}
-	p.proxy = &httputil.ReverseProxy{
-		Transport:  (*roundTripper)(p),
-		Rewrite:    p.rewrite,
-		BufferPool: copyBuffers{},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if cfg.ErrorHandler != nil {
-				cfg.ErrorHandler(w, r, err)
-				return
-			}
-			switch {
-			case errors.Is(err, ErrNoHealthy):
-				w.WriteHeader(http.StatusServiceUnavailable)
-			case errors.Is(err, context.DeadlineExceeded):
-				w.WriteHeader(http.StatusGatewayTimeout)
-			default:
-				w.WriteHeader(http.StatusBadGateway)
-			}
-		},
-	}
 	if cfg.Health != nil {
 		for _, t := range p.targets {
 			p.wg.Add(1)
@@ -256,15 +238,31 @@ func (p *Pool) Balance() Balance { return p.cfg.Balance }
 // ServeHTTP proxies r to one of the pool's targets, retrying on another as Config.Retries
 // allows. Responses stream: bodies of unknown length are flushed as they arrive.
 func (p *Pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.proxy.ServeHTTP(w, r)
+	p.serve(w, r)
 }
 
 // rewrite points the outgoing request at the pool; the try picks the target.
-func (p *Pool) rewrite(pr *httputil.ProxyRequest) {
-	pr.Out.URL.Scheme, pr.Out.URL.Host = "http", p.host
-	pr.Out.Host = pr.In.Host
+func (p *Pool) rewrite(out, in *http.Request) {
+	out.URL.Scheme, out.URL.Host = "http", p.host
+	out.Host = in.Host
 	if p.cfg.Rewrite != nil {
-		p.cfg.Rewrite(pr)
+		p.cfg.Rewrite(out, in)
+	}
+}
+
+// errorHandler answers a request the pool could not proxy (Config.ErrorHandler).
+func (p *Pool) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if p.cfg.ErrorHandler != nil {
+		p.cfg.ErrorHandler(w, r, err)
+		return
+	}
+	switch {
+	case errors.Is(err, ErrNoHealthy):
+		w.WriteHeader(http.StatusServiceUnavailable)
+	case errors.Is(err, context.DeadlineExceeded):
+		w.WriteHeader(http.StatusGatewayTimeout)
+	default:
+		w.WriteHeader(http.StatusBadGateway)
 	}
 }
 
@@ -293,15 +291,6 @@ func (p *Pool) requestDone() {
 		p.closeIdle()
 	}
 }
-
-// copyBuffers lends ReverseProxy its body copy buffers: without a pool it makes a
-// 32 KiB one per request.
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
-
-func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 
 type clientKey struct{}
 

@@ -60,9 +60,11 @@ func (w *discardWriter) WriteHeader(code int)        { w.status = code }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) Flush()                      {}
 
-// BenchmarkProxyLeg measures one proxied GET through a Pool (ReverseProxy, balancing,
-// retries' bookkeeping, the transport) to an origin on loopback, on DefaultTransport
-// (h1Client) and on NetHTTPTransport (net/http's Transport, the leg before it). Run:
+// BenchmarkProxyLeg measures one proxied GET through a Pool (the proxy loop,
+// balancing, retries' bookkeeping, the transport) to an origin on loopback, on
+// DefaultTransport (h1Client) and on NetHTTPTransport (net/http's Transport, the leg
+// before it), each also through httputil.ReverseProxy (-reverseproxy: the loop's
+// reference, as the pool used it before). Run:
 //
 //	go test -run - -bench ProxyLeg -benchmem ./edge/upstream/
 //
@@ -70,12 +72,22 @@ func (w *discardWriter) Flush()                      {}
 // allocates none); ns/op includes the origin's work and the loopback round trip.
 func BenchmarkProxyLeg(b *testing.B) {
 	for _, leg := range []struct {
-		name string
-		nt   func(Target, *Config) Transport
-	}{{"h1client", DefaultTransport}, {"nethttp", NetHTTPTransport}} {
+		name      string
+		nt        func(Target, *Config) Transport
+		reference bool
+	}{
+		{"h1client", DefaultTransport, false},
+		{"h1client-reverseproxy", DefaultTransport, true},
+		{"nethttp", NetHTTPTransport, false},
+		{"nethttp-reverseproxy", NetHTTPTransport, true},
+	} {
 		b.Run(leg.name, func(b *testing.B) {
 			p := newPool(b, Config{Targets: []Target{tgt(b, cannedOrigin(b), 1)}, NewTransport: leg.nt})
 			b.Cleanup(p.Close)
+			var h http.Handler = p
+			if leg.reference {
+				h = referenceProxy(p)
+			}
 			b.RunParallel(func(pb *testing.PB) {
 				req, _ := http.NewRequest("GET", "http://app.example/api/x?id=1", nil)
 				req.RemoteAddr = "127.0.0.1:40000"
@@ -84,7 +96,7 @@ func BenchmarkProxyLeg(b *testing.B) {
 				w := &discardWriter{h: http.Header{}}
 				for pb.Next() {
 					clear(w.h)
-					p.ServeHTTP(w, req)
+					h.ServeHTTP(w, req)
 					if w.status != http.StatusOK {
 						b.Fatalf("status %d", w.status)
 					}

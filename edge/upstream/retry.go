@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,15 +25,9 @@ const (
 	minRetries  = 3
 )
 
-// roundTripper is the Pool seen by its ReverseProxy: it tries targets until one
-// answers or retrying is not allowed.
-type roundTripper Pool
-
-func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	return (*Pool)(rt).roundTrip(req)
-}
-
-func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
+// roundTrip tries targets until one answers or retrying is not allowed. info, if not
+// nil, is told of 1xx responses; first, if not nil, is the first try's request copy.
+func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*http.Response, error) {
 	p.budget.request(time.Now())
 	key := ""
 	if p.cfg.Balance == Hash {
@@ -52,7 +48,8 @@ func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
 		if t.index < 64 {
 			tried |= 1 << t.index
 		}
-		resp, err, reached := p.try(req, t, body)
+		resp, err, reached := p.try(req, t, body, info, first)
+		first = nil // a later try's copy is its own: the transport may still hold this one
 		if req.Context().Err() != nil || err != nil && body.failed() {
 			// The client went away, or its body failed (body_read_timeout): nothing
 			// to retry, and not the target's fault.
@@ -81,8 +78,8 @@ func (p *Pool) roundTrip(req *http.Request) (*http.Response, error) {
 
 // try sends req to t once, and records the outcome for t's health and the metrics.
 // reached is false when the request certainly did not reach t (the connection could
-// not be made).
-func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.Response, err error, reached bool) {
+// not be made). tr, if not nil, is where the try's copy of req goes.
+func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer, tr *tryRequest) (resp *http.Response, err error, reached bool) {
 	if p.cfg.OnTry != nil {
 		p.cfg.OnTry(req, t.key)
 	}
@@ -96,12 +93,19 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 	)
 	start := time.Now()
 	dt, direct := t.rt.(deadlineTransport)
-	// The try's request and URL share one allocation.
-	tr := &tryRequest{req: *req, url: *req.URL} // shallow: the header is not changed per try
+	// The try's request, URL and body reader share one allocation (the exchange's, for
+	// a first try).
+	if tr == nil {
+		tr = new(tryRequest)
+	}
+	tr.req, tr.url = *req, *req.URL // shallow: the header is not changed per try
 	out = &tr.req
 	if !direct {
-		var ctx context.Context
-		ctx, cancel = context.WithCancelCause(req.Context())
+		ctx := req.Context()
+		if info != nil { // net/http's transports report 1xx through the context only
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: info.got1xx})
+		}
+		ctx, cancel = context.WithCancelCause(ctx)
 		timer = time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
 		out = out.WithContext(ctx)
 	}
@@ -114,14 +118,15 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 	out.GetBody = nil
 	var ab *attemptBody
 	if body != nil {
-		ab = &attemptBody{rb: body}
+		ab = &tr.body
+		*ab = attemptBody{rb: body}
 		out.Body = ab
 	}
 
 	t.inflight.Add(1)
 	p.inflight.Add(1)
 	if direct {
-		resp, err = dt.roundTripBy(out, start.Add(p.cfg.Timeout))
+		resp, err = dt.roundTripBy(out, start.Add(p.cfg.Timeout), info)
 	} else {
 		resp, err = t.rt.RoundTrip(out)
 		timer.Stop()
@@ -163,25 +168,55 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody) (resp *http.R
 	if body != nil && resp.StatusCode != http.StatusBadGateway && resp.StatusCode != http.StatusServiceUnavailable {
 		body.settle() // this try's answer stands: the rest of the body streams unkept
 	}
-	resp.Body = wrapBody(resp.Body, func() {
-		t.inflight.Add(-1)
-		cancel(nil)
-		p.requestDone()
-	})
+	tb := &tr.resp
+	*tb = tryBody{p: p, t: t, cancel: cancel}
+	if _, ok := resp.Body.(io.ReadWriteCloser); ok {
+		resp.Body = wrapBody(resp.Body, tb.end) // a 101's: the proxy writes to it too
+	} else {
+		tb.ReadCloser, resp.Body = resp.Body, tb
+	}
 	return resp, nil, true
 }
 
-// tryRequest is a try's copy of the request with its own URL.
+// tryRequest is a try's copy of the request with its own URL and body reader, and
+// its response body's wrapper.
 type tryRequest struct {
-	req http.Request
-	url url.URL
+	req  http.Request
+	url  url.URL
+	body attemptBody
+	resp tryBody
+}
+
+// tryBody is a try's response body: closed, it ends the try (its place in the in-flight
+// counts, its timeout's context).
+type tryBody struct {
+	io.ReadCloser
+	p      *Pool
+	t      *target
+	cancel func(error)
+	closed atomic.Bool
+}
+
+func (b *tryBody) Close() error {
+	err := b.ReadCloser.Close()
+	if !b.closed.Swap(true) {
+		b.end()
+	}
+	return err
+}
+
+func (b *tryBody) end() {
+	b.t.inflight.Add(-1)
+	b.cancel(nil)
+	b.p.requestDone()
 }
 
 // deadlineTransport is a Transport that bounds the wait for a response header
 // (connection, request and header) by a deadline itself, as h1Client does with the
-// connection's deadlines; it reports a passed deadline as ErrTimeout.
+// connection's deadlines; it reports a passed deadline as ErrTimeout. It tells info,
+// if not nil, of 1xx responses, else the ClientTrace of req's context.
 type deadlineTransport interface {
-	roundTripBy(req *http.Request, deadline time.Time) (*http.Response, error)
+	roundTripBy(req *http.Request, deadline time.Time, info informer) (*http.Response, error)
 }
 
 // failed records a failure of t, reporting whether it ejected t.
