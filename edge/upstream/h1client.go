@@ -21,7 +21,7 @@ import (
 // scheduler wake-ups they cost were most of the proxy leg's CPU (the proxy scenario,
 // `h3bench scenario proxy`, and BenchmarkProxyLeg in this package measure both). The
 // wire format is net/http's: the request is written as http.Request.Write writes it
-// (h1write.go), the response parsed by http.ReadResponse, so what the origin and the
+// (h1write.go), the response parsed as http.ReadResponse parses it (h1read.go), so what the origin and the
 // client see is what they saw through http.Transport (TestDifferential checks it).
 //
 // Requests that need a second goroutine go to fallback, a net/http Transport sharing
@@ -477,7 +477,7 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 	}
 	var trace *httptrace.ClientTrace
 	for {
-		resp, err := http.ReadResponse(pc.br, req)
+		resp, err := readResponse(pc.br, req)
 		if err != nil {
 			return fail(err)
 		}
