@@ -1,6 +1,7 @@
 // Package admission is the TCP side of the per-source transport budgets (ip:, DESIGN
-// §1): connections from banned sources or over their source's connection budget or
-// cap are reset at accept, before any TLS work, and the open ones are counted against
+// §1): connections over their source's connection budget or cap are reset at accept,
+// before any TLS work, those of banned sources held unanswered and then reset
+// (tarpit.go), and the open ones are counted against
 // their source's cap until the HTTP server is done with them. quicconn.Guard is the
 // same budgets' QUIC side and their one state: TCP and QUIC connections of a source
 // count together.
@@ -48,6 +49,8 @@ type TCP struct {
 	// progress (slow.go); headerTimeout is the header read timeout it judges by.
 	charge        func(addr netip.Addr, reason string)
 	headerTimeout time.Duration
+	// tarpit holds the connections of banned sources (tarpit.go).
+	tarpit tarpit
 }
 
 // slot is an open TCP connection's place in its source's count.
@@ -78,7 +81,7 @@ func (s *slot) end() {
 // NewTCP returns the TCP admission of guard's budgets; banned reports a source in the
 // penalty box.
 func NewTCP(guard *quicconn.Guard, banned func(netip.Addr) bool) *TCP {
-	return &TCP{guard: guard, banned: banned}
+	return &TCP{guard: guard, banned: banned, tarpit: tarpit{hold: tarpitHold, max: tarpitSize()}}
 }
 
 // SetShedding makes Accept reset every new connection while shedding reports true
@@ -114,7 +117,7 @@ func (t *TCP) admit(c net.Conn) bool {
 	addr := ap.Addr().Unmap()
 	if t.banned(addr) {
 		t.refusedBanned.Add(1)
-		reset(c)
+		t.tarpit.put(c)
 		return false
 	}
 	if t.shedding != nil && t.shedding() {
@@ -148,7 +151,7 @@ func (t *TCP) admit(c net.Conn) bool {
 	if t.banned(addr) { // banned meanwhile, by the charge of a connection shed for c
 		t.refusedBanned.Add(1)
 		t.Release(c)
-		reset(c)
+		t.tarpit.put(c)
 		return false
 	}
 	return true
