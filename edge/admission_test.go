@@ -242,8 +242,8 @@ func TestPenaltyBoxEndToEnd(t *testing.T) {
 	if st := e.guard.Stats(); st.DroppedBanned+st.DroppedKernel <= dropped {
 		t.Error("dropped-datagram counter did not rise")
 	}
-	// Its SYNs are dropped in the kernel (the TCP listener's filter), or its
-	// connection reset at accept: either way no TLS handshake, within the ban.
+	// Its TCP connection is held unanswered (package admission's tarpit): no TLS
+	// handshake within the ban.
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.20")}, Timeout: 150 * time.Millisecond}
 	if c, err := tls.DialWithDialer(&d, "tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}); err == nil {
 		c.Close()

@@ -522,7 +522,7 @@ func TestPendingCap(t *testing.T) {
 
 // TestPendingShedBans: connections that never bring a request, shed by the pending
 // cap, charge their source a rejection each (package admission's slow.go), so a
-// slowloris source is banned past abuse.rejections and from then on reset at accept,
+// slowloris source is banned past abuse.rejections and from then on held at accept,
 // before any TLS work; a client whose connection brought a request is not charged.
 // Before the charge, such a source handshook again and again without end.
 func TestPendingShedBans(t *testing.T) {
@@ -559,7 +559,7 @@ func TestPendingShedBans(t *testing.T) {
 	if dials > 8 {
 		t.Errorf("banned after %d connections, want ~6 (4 sheds > abuse.rejections 3)", dials)
 	}
-	// Banned: its SYNs are dropped in the kernel (or it is reset at accept).
+	// Banned: its connection is held unanswered (package admission's tarpit).
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 300 * time.Millisecond}
 	if c, err := tls.DialWithDialer(&d, "tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true}); err == nil {
 		c.Close()
