@@ -80,13 +80,7 @@ func waitErr(t *testing.T, what string, done <-chan error) error {
 // Without the gate, the second handshake runs at once (and here blocks in
 // GetCertificate, so its shed does not end it).
 func TestHandshakeGate(t *testing.T) {
-	cfg := config.Default()
-	cfg.ApplyDefaults()
-	g, err := quicconn.New(GuardConfig(cfg.IP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcp := NewTCP(g, func(netip.Addr) bool { return false })
+	tcp := newTestTCP(t, nil)
 	tcp.SetCaps(0, 1) // one pending connection: a new one sheds the one pending longest
 	tcp.hold = time.Hour
 
@@ -158,13 +152,7 @@ func TestHandshakeGate(t *testing.T) {
 // it, and neither a connection that brought a request nor one that closes pending
 // sooner does — the rule package admission's slow.go states.
 func TestSlowCharge(t *testing.T) {
-	cfg := config.Default()
-	cfg.ApplyDefaults()
-	g, err := quicconn.New(GuardConfig(cfg.IP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcp := NewTCP(g, func(netip.Addr) bool { return false })
+	tcp := newTestTCP(t, nil)
 	tcp.SetCaps(0, 2)
 	var mu sync.Mutex
 	charged := map[string]int{}
@@ -185,11 +173,7 @@ func TestSlowCharge(t *testing.T) {
 	defer ln.Close()
 	dial := func() net.Conn {
 		t.Helper()
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
+		dialTCP(t, inner.Addr())
 		s, err := ln.Accept()
 		if err != nil {
 			t.Fatal(err)
@@ -219,4 +203,31 @@ func TestSlowCharge(t *testing.T) {
 	if got := count(); got[ReasonShed] != 1 || got[ReasonIdle] != 1 {
 		t.Fatalf("after a pending connection past the header timeout closed: charged %v, want one of each", got)
 	}
+}
+
+// newTestTCP returns a TCP admission of the default ip: budgets; banned reports the
+// sources in the penalty box (nil: none).
+func newTestTCP(t *testing.T, banned func(netip.Addr) bool) *TCP {
+	t.Helper()
+	cfg := config.Default()
+	cfg.ApplyDefaults()
+	g, err := quicconn.New(GuardConfig(cfg.IP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if banned == nil {
+		banned = func(netip.Addr) bool { return false }
+	}
+	return NewTCP(g, banned)
+}
+
+// dialTCP connects to addr; the connection is closed when the test ends.
+func dialTCP(t *testing.T, addr net.Addr) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

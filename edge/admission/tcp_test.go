@@ -45,15 +45,7 @@ func TestTCP(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	dial := func() net.Conn {
-		t.Helper()
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return dialTCP(t, inner.Addr()) }
 	// refused dials and reports whether the edge reset the connection: the RST comes
 	// before connect returns (it is sent at accept, which may win the race), or a read
 	// sees it — not a timeout.
@@ -101,13 +93,7 @@ func TestTCP(t *testing.T) {
 // neither served nor reset, until the tarpit is full; then the one held longest is
 // reset to make room.
 func TestTarpit(t *testing.T) {
-	cfg := config.Default()
-	cfg.ApplyDefaults()
-	g, err := quicconn.New(GuardConfig(cfg.IP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcp := NewTCP(g, func(netip.Addr) bool { return true })
+	tcp := newTestTCP(t, func(netip.Addr) bool { return true })
 	tcp.tarpit.hold, tcp.tarpit.max = time.Hour, 1
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -121,15 +107,7 @@ func TestTarpit(t *testing.T) {
 			t.Error("a banned source's connection was accepted")
 		}
 	}()
-	dial := func() net.Conn {
-		t.Helper()
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return dialTCP(t, inner.Addr()) }
 	first := dial()
 	testkit.WaitFor(t, 5*time.Second, "the first connection to be held", func() bool { return tcp.Tarpitted() == 1 })
 	first.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
