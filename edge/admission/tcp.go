@@ -69,6 +69,7 @@ type slot struct {
 	ending atomic.Bool
 	shed   bool        // under TCP.mu
 	gate   atomic.Bool // holds a handshake slot (handshake.go)
+	gateAt time.Time   // since when; by the handshake's goroutine
 }
 
 // end marks the connection ended, once.
