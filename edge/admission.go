@@ -89,6 +89,15 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 	}
 }
 
+// chargeSlow charges a source one rejection for a connection that ended without
+// making progress (package admission's slow.go, h2guard's write timeout), unless it is
+// a trusted proxy, whose connections carry many clients.
+func (s *Server) chargeSlow(addr netip.Addr, reason string) {
+	if !identity.Contains(s.rules.Load().Trusted, addr) {
+		s.chargeAbuse(addr, 1, reason)
+	}
+}
+
 // streamBudget refuses requests over their source's stream budget before anything
 // else looks at them: HTTP/3 streams are reset with H3_REQUEST_REJECTED (no response
 // is built), HTTP/1.1 and HTTP/2 get the prebuilt 429. No policy is evaluated.

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 )
 
@@ -317,6 +318,10 @@ func TestBodyReadTimeout(t *testing.T) {
 				t.Errorf("408 after %v, want within 2 s after %v", took, d)
 			}
 		}
+		// The slow body charged its source a rejection, after its 408.
+		testkit.WaitFor(t, 5*time.Second, "the slow body's source to be charged", func() bool {
+			return e.box.Stats().Rejections >= 1
+		})
 	})
 	t.Run("h2", func(t *testing.T) {
 		t.Parallel()
@@ -401,6 +406,11 @@ func TestWriteTimeout(t *testing.T) {
 	const d = time.Second
 	e := startEdge(t, func(c *config.Config) { c.Limits.WriteTimeout = d })
 	readSlowlyH1(t, e.Addr().String(), "/bytes?n=67108864", d+2*time.Second)
+	// Charged once, before the reset the client read: a source whose connections
+	// keep ending so is banned (h2guard's write.go).
+	if got := e.box.Stats().Rejections; got != 1 {
+		t.Errorf("the write timeout charged the source %d rejections, want 1", got)
+	}
 }
 
 // readSlowlyH1 asks addr over HTTP/1.1 for path's 64 MiB response with a 4 KiB
@@ -507,5 +517,58 @@ func TestPendingCap(t *testing.T) {
 	}
 	if err := get(served); err != nil {
 		t.Fatalf("a connection past its first request was shed: %v", err)
+	}
+}
+
+// TestPendingShedBans: connections that never bring a request, shed by the pending
+// cap, charge their source a rejection each (package admission's slow.go), so a
+// slowloris source is banned past abuse.rejections and from then on held at accept,
+// before any TLS work; a client whose connection brought a request is not charged.
+// Before the charge, such a source handshook again and again without end.
+func TestPendingShedBans(t *testing.T) {
+	t.Parallel()
+	e := startEdge(t, func(c *config.Config) {
+		c.Limits.MaxPendingConnections = 2
+		c.Abuse.Rejections = 3
+	})
+	legit := clientFor(t, "h1")
+	get := func() error {
+		resp, err := legit.Get(e.url + "/")
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+	src := net.IPv4(127, 0, 0, 9)
+	slow := netip.MustParseAddr(src.String())
+	dials := 0
+	for ; dials < 20 && !e.box.Banned(slow); dials++ {
+		c, err := tlsFrom(e.Addr().String(), src, "http/1.1") // and no request
+		if err != nil {
+			continue // reset: shed or banned before its handshake completed
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	if !e.box.Banned(slow) {
+		t.Fatalf("%d connections without a request, each past the pending cap of 2: the source is not banned", dials)
+	}
+	if dials > 8 {
+		t.Errorf("banned after %d connections, want ~6 (4 sheds > abuse.rejections 3)", dials)
+	}
+	// Banned: its connection is held unanswered (package admission's tarpit).
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 300 * time.Millisecond}
+	if c, err := tls.DialWithDialer(&d, "tcp", e.Addr().String(), &tls.Config{InsecureSkipVerify: true}); err == nil {
+		c.Close()
+		t.Error("a banned source's TLS handshake completed")
+	}
+	if err := get(); err != nil {
+		t.Errorf("the client that brought requests: %v", err)
+	}
+	if e.box.Banned(loopback) {
+		t.Error("the client that brought requests is banned")
 	}
 }

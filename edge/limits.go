@@ -29,6 +29,9 @@ func (s *Server) bodyTimeout(w http.ResponseWriter, r *http.Request, now time.Ti
 	r, b := slowbody.Watch(w, r, d)
 	defer b.Stop()
 	next(w, r, now)
+	if slowbody.TimedOut(r) { // one rejection, as a write timeout (package h2guard)
+		s.reject(r, now)
+	}
 }
 
 // writeBodyTimeout answers a request whose body made no progress: 408, and on

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,9 @@ const (
 	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
 	// this long after it began is ended, on every protocol (package h2guard on HTTP/2).
 	readHeaderTimeout = 10 * time.Second
+	// handshakesPerCore bounds the TLS handshakes in their CPU part at once, per core
+	// (package admission's handshake gate): ~2 ms of handshake work ahead of a request.
+	handshakesPerCore = 4
 	// idleTimeout closes idle TCP and QUIC connections.
 	idleTimeout = 120 * time.Second
 )
@@ -218,6 +222,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.shedder = overload.New(overload.Config{})
 	s.applyOverload(cfg.Limits)
 	s.tcp.SetShedding(s.shedder.Shedding)
+	s.tcp.SetCharge(s.headerTimeout(), s.chargeSlow)
 	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = metrics.NewRegistry()
 	s.top = admin.NewTop()
@@ -389,9 +394,11 @@ func (s *Server) Serve() error {
 		MaxIdleTimeout:     idleTimeout,
 		MaxIncomingStreams: int64(s.config().IP.MaxStreamsPerConnection),
 	}
+	tc := s.tlsConfig("h2", "http/1.1")
+	s.tcp.GateHandshakes(tc, handshakesPerCore*runtime.GOMAXPROCS(0))
 	h12 := &http.Server{
 		Handler:           h2guard.Completions(s.handler),
-		TLSConfig:         s.tlsConfig("h2", "http/1.1"),
+		TLSConfig:         tc,
 		ReadHeaderTimeout: s.headerTimeout(),
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    parseMaxHeaderBytes,
@@ -460,6 +467,7 @@ func (s *Server) Serve() error {
 			// by table references is a bomb.
 			MaxHeaderBytes: maxHeaderBytes,
 			Report:         s.chargeAbuse,
+			Slow:           s.chargeSlow,
 		}))
 	}()
 	err = <-errc

@@ -60,7 +60,7 @@ func (t *TCP) enter(c net.Conn, s *slot) bool {
 	case maxPending > 0 && int64(t.queue.Len()) >= maxPending,
 		maxOpen > 0 && open > maxOpen && t.queue.Len() > 0:
 		shed = t.queue.Remove(t.queue.Front()).(*slot)
-		shed.elem = nil
+		shed.elem, shed.shed = nil, true
 		t.pending.Add(-1)
 		if maxOpen > 0 && open > maxOpen {
 			t.refusedOpen.Add(1)
@@ -77,13 +77,16 @@ func (t *TCP) enter(c net.Conn, s *slot) bool {
 	t.pending.Add(1)
 	t.mu.Unlock()
 	if shed != nil {
+		shed.end()       // a handshake waiting for the gate stops
 		reset(shed.conn) // the server then reports it closed: Release gives it back
+		t.chargeShed(shed)
 	}
 	return true
 }
 
-// leave takes s out of the pending queue, if it is there.
-func (t *TCP) leave(s *slot) {
+// leave takes s out of the pending queue, if it is there, and reports whether the
+// pending cap had shed it.
+func (t *TCP) leave(s *slot) (shed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.elem != nil {
@@ -91,6 +94,7 @@ func (t *TCP) leave(s *slot) {
 		s.elem = nil
 		t.pending.Add(-1)
 	}
+	return s.shed
 }
 
 // slotKey is the context key of a connection's slot (ConnContext).

@@ -3,25 +3,15 @@ package admission
 import (
 	"context"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/h3edge/h3edge/edge/config"
-	"github.com/h3edge/h3edge/quicconn"
 )
 
 // Over real loopback connections: over max_pending_connections the connection pending
 // longest is reset and the new one admitted; one that was Served no longer counts as
 // pending; over max_connections with none pending, the new one is reset.
 func TestCaps(t *testing.T) {
-	cfg := config.Default()
-	cfg.ApplyDefaults()
-	g, err := quicconn.New(GuardConfig(cfg.IP))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcp := NewTCP(g, func(netip.Addr) bool { return false })
+	tcp := newTestTCP(t, nil)
 	tcp.SetCaps(4, 2)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,11 +22,7 @@ func TestCaps(t *testing.T) {
 	// dial connects and returns the client side and the server side Accept returned.
 	dial := func() (client, server net.Conn) {
 		t.Helper()
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
+		c := dialTCP(t, inner.Addr())
 		s, err := ln.Accept()
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 // Package admission is the TCP side of the per-source transport budgets (ip:, DESIGN
-// §1): connections from banned sources or over their source's connection budget or
-// cap are reset at accept, before any TLS work, and the open ones are counted against
+// §1): connections over their source's connection budget or cap are reset at accept,
+// before any TLS work, those of banned sources held unanswered and then reset
+// (tarpit.go), and the open ones are counted against
 // their source's cap until the HTTP server is done with them. quicconn.Guard is the
 // same budgets' QUIC side and their one state: TCP and QUIC connections of a source
 // count together.
@@ -38,21 +39,50 @@ type TCP struct {
 	refusedOpen, refusedPending        atomic.Uint64
 	mu                                 sync.Mutex
 	queue                              list.List // of *slot
+
+	// slots is the handshake gate (handshake.go): a token per handshake in its CPU
+	// part, kept at most hold (handshakeHold; tests set it); nil: not gated.
+	slots   chan struct{}
+	hold    time.Duration
+	waiting atomic.Int64
+	// charge, if set, charges the source of a connection that ended without making
+	// progress (slow.go); headerTimeout is the header read timeout it judges by.
+	charge        func(addr netip.Addr, reason string)
+	headerTimeout time.Duration
+	// tarpit holds the connections of banned sources (tarpit.go).
+	tarpit tarpit
 }
 
 // slot is an open TCP connection's place in its source's count.
 type slot struct {
 	slot    *quicconn.Slot
 	addr    netip.Addr
+	since   time.Time     // accepted
 	pending atomic.Bool   // no request has reached the chain yet (Served)
 	conn    net.Conn      // as accepted, to be reset when shed
 	elem    *list.Element // in TCP.queue while pending; under TCP.mu
+
+	// ended is closed once the connection is shed, kicked or released (end): a
+	// handshake waiting for the gate stops waiting. shed tells that the pending cap
+	// ended it (charged then, not again when it closes).
+	ended  chan struct{}
+	ending atomic.Bool
+	shed   bool        // under TCP.mu
+	gate   atomic.Bool // holds a handshake slot (handshake.go)
+	gateAt time.Time   // since when; by the handshake's goroutine
+}
+
+// end marks the connection ended, once.
+func (s *slot) end() {
+	if s.ending.CompareAndSwap(false, true) {
+		close(s.ended)
+	}
 }
 
 // NewTCP returns the TCP admission of guard's budgets; banned reports a source in the
 // penalty box.
 func NewTCP(guard *quicconn.Guard, banned func(netip.Addr) bool) *TCP {
-	return &TCP{guard: guard, banned: banned}
+	return &TCP{guard: guard, banned: banned, tarpit: tarpit{hold: tarpitHold, max: tarpitSize()}}
 }
 
 // SetShedding makes Accept reset every new connection while shedding reports true
@@ -88,7 +118,7 @@ func (t *TCP) admit(c net.Conn) bool {
 	addr := ap.Addr().Unmap()
 	if t.banned(addr) {
 		t.refusedBanned.Add(1)
-		reset(c)
+		t.tarpit.put(c)
 		return false
 	}
 	if t.shedding != nil && t.shedding() {
@@ -96,7 +126,8 @@ func (t *TCP) admit(c net.Conn) bool {
 		reset(c)
 		return false
 	}
-	s, err := t.guard.Admit(addr, time.Now())
+	now := time.Now()
+	s, err := t.guard.Admit(addr, now)
 	if err != nil {
 		if errors.Is(err, quicconn.ErrMaxConns) {
 			t.refusedMax.Add(1)
@@ -110,7 +141,7 @@ func (t *TCP) admit(c net.Conn) bool {
 	// every write pushed HTTP/2's frame-writing goroutines past their initial stack (a
 	// stack copy per flush). Its slot is found again by the conn when the server
 	// reports it closed (Release).
-	sl := &slot{slot: s, addr: addr, conn: c}
+	sl := &slot{slot: s, addr: addr, since: now, conn: c, ended: make(chan struct{})}
 	sl.pending.Store(true)
 	if !t.enter(c, sl) {
 		s.Release()
@@ -118,6 +149,12 @@ func (t *TCP) admit(c net.Conn) bool {
 		return false
 	}
 	t.conns.Store(c, sl)
+	if t.banned(addr) { // banned meanwhile, by the charge of a connection shed for c
+		t.refusedBanned.Add(1)
+		t.Release(c)
+		t.tarpit.put(c)
+		return false
+	}
 	return true
 }
 
@@ -127,10 +164,14 @@ func (t *TCP) admit(c net.Conn) bool {
 func (t *TCP) Release(c net.Conn) {
 	if v, ok := t.conns.LoadAndDelete(c); ok {
 		s := v.(*slot)
+		s.end()
+		t.ungate(s)
 		s.slot.Release()
 		t.open.Add(-1)
 		if s.pending.CompareAndSwap(true, false) {
-			t.leave(s)
+			if !t.leave(s) {
+				t.chargeIdle(s)
+			}
 		}
 	}
 }
@@ -144,7 +185,8 @@ func (t *TCP) Open() int { return int(t.open.Load()) }
 func (t *TCP) Kick(p netip.Prefix) int {
 	n := 0
 	t.conns.Range(func(k, v any) bool {
-		if p.Contains(v.(*slot).addr) {
+		if s := v.(*slot); p.Contains(s.addr) {
+			s.end()             // a handshake waiting for the gate stops
 			reset(k.(net.Conn)) // the server then reports it closed: Release gives it back
 			n++
 		}

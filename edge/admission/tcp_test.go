@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/quicconn"
 )
@@ -27,6 +28,7 @@ func TestTCP(t *testing.T) {
 	}
 	var banned atomic.Bool
 	tcp := NewTCP(g, func(netip.Addr) bool { return banned.Load() })
+	tcp.tarpit.hold = 0 // a banned source's connection reset at once (TestTarpit holds them)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -43,15 +45,7 @@ func TestTCP(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	dial := func() net.Conn {
-		t.Helper()
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return dialTCP(t, inner.Addr()) }
 	// refused dials and reports whether the edge reset the connection: the RST comes
 	// before connect returns (it is sent at accept, which may win the race), or a read
 	// sees it — not a timeout.
@@ -93,4 +87,51 @@ func TestTCP(t *testing.T) {
 	if _, err := server.Write([]byte("x")); err == nil {
 		t.Error("a kicked connection still writes")
 	}
+}
+
+// TestTarpit, over real loopback connections: a banned source's connection is held,
+// neither served nor reset, until the tarpit is full; then the one held longest is
+// reset to make room.
+func TestTarpit(t *testing.T) {
+	tcp := newTestTCP(t, func(netip.Addr) bool { return true })
+	tcp.tarpit.hold, tcp.tarpit.max = time.Hour, 1
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := tcp.Listener(inner)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil { // never: every source is banned
+			c.Close()
+			t.Error("a banned source's connection was accepted")
+		}
+	}()
+	dial := func() net.Conn { return dialTCP(t, inner.Addr()) }
+	first := dial()
+	testkit.WaitFor(t, 5*time.Second, "the first connection to be held", func() bool { return tcp.Tarpitted() == 1 })
+	first.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := first.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("a held connection: read %v, want nothing (a timeout)", err)
+	}
+	second := dial()
+	first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := first.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the connection held longest, the tarpit full: read %v, want a reset", err)
+	}
+	if n := tcp.Tarpitted(); n != 1 {
+		t.Errorf("%d held, want the second only", n)
+	}
+	second.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := second.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Errorf("the second connection: read %v, want nothing (a timeout)", err)
+	}
+	if r := tcp.Refused(); r.Banned != 2 {
+		t.Errorf("refused %+v, want two banned", r)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

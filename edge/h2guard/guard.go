@@ -45,6 +45,10 @@ type Config struct {
 	// rejections, for reason; it is called once per connection, from the goroutine
 	// that reads it, after the GOAWAY is sent. Nil: no abuse checks.
 	Report func(addr netip.Addr, charge int, reason string)
+	// Slow charges the source of a connection the write timeout ended with one
+	// rejection, for reason (write.go); it is called once per connection, from the
+	// goroutine that writes. Nil: not charged.
+	Slow func(addr netip.Addr, reason string)
 }
 
 // HTTP/2 frame types and flags the header timeout reads (RFC 9113 §6).
@@ -74,7 +78,7 @@ func (l listener) Accept() (net.Conn, error) {
 	if !ok {
 		return c, nil
 	}
-	g := &Conn{Conn: tc, timeout: l.c.HeaderTimeout, skip: prefaceLen, writeTimeout: l.c.WriteTimeout}
+	g := &Conn{Conn: tc, timeout: l.c.HeaderTimeout, skip: prefaceLen, writeTimeout: l.c.WriteTimeout, slow: l.c.Slow}
 	g.abuse.report = l.c.Report
 	g.abuse.maxUnseen = l.c.MaxUnseen
 	if l.c.Report != nil {
@@ -112,6 +116,8 @@ type Conn struct {
 	writeTimeout func() time.Duration
 	wdl          time.Time
 	wrote        int
+	slow         func(addr netip.Addr, reason string) // Config.Slow
+	writeCharged bool                                 // the write timeout was charged (by the writing goroutine)
 }
 
 // Read reads from the TLS connection and follows the frames it returns.

@@ -2,6 +2,7 @@ package h2guard
 
 import (
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -13,7 +14,11 @@ import (
 // buffer, do not each buy a full timeout), and is set afresh when a write starts after
 // it passed while nothing was written (an idle connection). Writes come from one
 // goroutine at a time (the HTTP/1.1 connection's, or HTTP/2's writer; the abuse GOAWAY
-// bypasses this method). A write that times out makes the close a reset.
+// bypasses this method). A write that times out makes the close a reset, and charges
+// the source one rejection through Config.Slow: a client that stops reading is
+// ended at no cost to it, so a source whose connections keep ending so is banned
+// once more than abuse.rejections (50) of them did within abuse.within (10 s) — one
+// client keeps a few connections to a host, ip.max_connections caps a source at 64.
 func (c *Conn) Write(p []byte) (int, error) {
 	var d time.Duration
 	if c.writeTimeout != nil {
@@ -39,6 +44,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 				if tc, ok := c.NetConn().(*net.TCPConn); ok {
 					tc.SetLinger(0)
 				}
+				c.chargeWriteTimeout()
 			}
 			return n, err
 		}
@@ -50,3 +56,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 // writePiece is the most Write sends under one deadline: the progress a client must
 // make per write timeout.
 const writePiece = 16 << 10
+
+// ReasonWriteTimeout is the reason Config.Slow is given for a write timeout.
+const ReasonWriteTimeout = "write timeout"
+
+// chargeWriteTimeout charges the source of the connection for its write timeout,
+// once.
+func (c *Conn) chargeWriteTimeout() {
+	if c.slow == nil || c.writeCharged {
+		return
+	}
+	c.writeCharged = true
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		c.slow(ap.Addr().Unmap(), ReasonWriteTimeout)
+	}
+}
