@@ -99,6 +99,8 @@ var (
 const (
 	dropStreams = 32
 	dropWorkers = 32
+	// dropTCPWait is how long the TCP flood waits on a connection the tarpit holds.
+	dropTCPWait = 5 * time.Millisecond
 )
 
 // Configurations: every layer turns the penalty box's automatic bans off (its refusals
@@ -161,11 +163,13 @@ func dropLayers() []*dropLayer {
 			},
 		},
 		{
-			Key: "tcp", label: "TCP, accept", Name: "refused TCP accept", Unit: "TCP connection from a banned source, reset at accept before TLS", Proto: "tcp",
+			Key: "tcp", label: "TCP, accept", Name: "refused TCP accept", Unit: "TCP connection from a banned source, refused at accept before TLS: held unanswered (the tarpit), then reset", Proto: "tcp",
 			Series: []string{`h3edge_refused_connections_total{proto="tcp",reason="banned"}`}, Ref: "full-h2",
 			config: dropBoxOff, srcs: dropSrcTCP, ban: true,
 			build: func(ctx context.Context, s *server, tc *tls.Config, l *dropLayer) (flood.Flooder, error) {
-				return &flood.TCP{Srcs: l.srcs, Dst: s.addr, Workers: dropWorkers}, nil
+				// A banned source's connection is held (the tarpit): each worker
+				// gives it dropTCPWait before it closes it and dials again.
+				return &flood.TCP{Srcs: l.srcs, Dst: s.addr, Workers: dropWorkers, Wait: dropTCPWait}, nil
 			},
 		},
 		{

@@ -191,11 +191,18 @@ type TCP struct {
 	Srcs    []netip.Addr   // the sources, taken in turn by the workers
 	Dst     netip.AddrPort // the server
 	Workers int            // connections in flight at once
+	// Wait is how long a connection waits for the server to answer or close it; one
+	// still open then is "held" (a tarpit's). If zero, a second.
+	Wait time.Duration
 }
 
 // Flood implements Flooder.
 func (f *TCP) Flood(ctx context.Context, d time.Duration) Stats {
 	end := time.Now().Add(d)
+	wait := f.Wait
+	if wait <= 0 {
+		wait = time.Second
+	}
 	var o outcomes
 	var wg sync.WaitGroup
 	for w := range f.Workers {
@@ -213,11 +220,13 @@ func (f *TCP) Flood(ctx context.Context, d time.Duration) Stats {
 					}
 					continue
 				}
-				c.SetReadDeadline(time.Now().Add(time.Second))
+				c.SetReadDeadline(time.Now().Add(wait))
 				_, err = c.Read(buf)
 				switch {
 				case err == nil:
 					o.add("open", 1) // the server said something: not refused
+				case bench.Classify(err) == bench.ErrTimeout:
+					o.add("held", 1) // neither answered nor closed
 				default:
 					o.add(tcpOutcome(err), 1)
 				}
@@ -231,7 +240,7 @@ func (f *TCP) Flood(ctx context.Context, d time.Duration) Stats {
 }
 
 // tcpOutcome names a TCP error: "reset" (closed by the server, RST or FIN), "refused",
-// "timeout" or "other".
+// "timeout" (of the dial) or "other".
 func tcpOutcome(err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF):
