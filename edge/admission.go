@@ -89,14 +89,23 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 	}
 }
 
-// chargeSlow charges a source one rejection for a connection that ended without
-// making progress (package admission's slow.go, h2guard's write timeout), unless it is
-// a trusted proxy, whose connections carry many clients.
+// chargeSlow charges a source for a connection that ended without making progress
+// (admission's slow.go: one rejection; h2guard's write timeout: writeTimeoutCharge),
+// unless it is a trusted proxy, whose connections carry many clients.
 func (s *Server) chargeSlow(addr netip.Addr, reason string) {
+	charge := 1
+	if reason == h2guard.ReasonWriteTimeout {
+		charge = writeTimeoutCharge
+	}
 	if !identity.Contains(s.rules.Load().Trusted, addr) {
-		s.chargeAbuse(addr, 1, reason)
+		s.chargeAbuse(addr, charge, reason)
 	}
 }
+
+// writeTimeoutCharge is what a write timeout charges (a response that took < 16 KiB in
+// a whole write_timeout): at one, slow read's sources stayed under abuse.rejections and
+// redialled a thousand at once; at ten, > 5 such connections in abuse.within ban one.
+const writeTimeoutCharge = 10
 
 // streamBudget refuses requests over their source's stream budget before anything
 // else looks at them: HTTP/3 streams are reset with H3_REQUEST_REJECTED (no response

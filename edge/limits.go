@@ -8,13 +8,11 @@ import (
 	"github.com/h3edge/h3edge/edge/slowbody"
 )
 
-// Slow clients (limits:, and a route's own). A request body that makes no progress
-// for body_read_timeout while the edge waits for it ends with 408 (package slowbody);
-// a write to an HTTP/1.1 or HTTP/2 connection that makes no progress for the top-level
-// write_timeout closes the connection (package h2guard), and a write of a response
-// whose route has a write_timeout of its own that does not end within it ends the
-// response (package slowwrite; routeRequest applies both per route). They are read
-// from the configuration in force for each request or write, so a reload applies them.
+// Slow clients (limits:, and a route's own). A body that makes no progress for
+// body_read_timeout ends with 408 (package slowbody); a write that makes none for the
+// top-level write_timeout closes the connection (h2guard), one past its route's own
+// write_timeout ends the response (slowwrite; routeRequest applies both per route).
+// Read from the configuration in force for each request or write: reloads apply.
 
 // bodyTimeout serves r with the waits for its body bounded by d, or by the top-level
 // limits.body_read_timeout when d is 0.
@@ -44,6 +42,3 @@ func writeBodyTimeout(w http.ResponseWriter, r *http.Request) {
 	answer.Problem(w, r, http.StatusRequestTimeout, "Request Timeout",
 		"the request body made no progress for body_read_timeout")
 }
-
-// writeTimeout returns limits.write_timeout in force.
-func (s *Server) writeTimeout() time.Duration { return s.config().Limits.WriteTimeout }

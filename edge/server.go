@@ -460,7 +460,7 @@ func (s *Server) Serve() error {
 		ln := tls.NewListener(h2guard.UnsentLimited(s.tcp.Listener(tcpLn)), h12.TLSConfig)
 		errc <- h12.Serve(h2guard.NewListener(ln, h2guard.Config{
 			HeaderTimeout: s.headerTimeout(),
-			WriteTimeout:  s.writeTimeout,
+			WriteTimeout:  func() time.Duration { return s.config().Limits.WriteTimeout },
 			// A handler not yet started is one of the streams a client may have open.
 			MaxUnseen: 2 * int64(s.config().IP.MaxStreamsPerConnection),
 			// Past the edge's own limit a section gets 431 anyway; one that got there

@@ -15,10 +15,10 @@ import (
 // it passed while nothing was written (an idle connection). Writes come from one
 // goroutine at a time (the HTTP/1.1 connection's, or HTTP/2's writer; the abuse GOAWAY
 // bypasses this method). A write that times out makes the close a reset, and charges
-// the source one rejection through Config.Slow: a client that stops reading is
-// ended at no cost to it, so a source whose connections keep ending so is banned
-// once more than abuse.rejections (50) of them did within abuse.within (10 s) — one
-// client keeps a few connections to a host, ip.max_connections caps a source at 64.
+// the source through Config.Slow (the edge charges ten rejections: more than five
+// such connections within abuse.within ban the source): a client that stops reading
+// is ended at no cost to it, so a source whose connections keep ending so is banned —
+// one client keeps a few connections to a host, ip.max_connections caps a source at 64.
 func (c *Conn) Write(p []byte) (int, error) {
 	var d time.Duration
 	if c.writeTimeout != nil {
