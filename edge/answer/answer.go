@@ -78,12 +78,7 @@ var tooManyStreams = []byte(`{"type":"about:blank","title":"Too Many Requests","
 // with a prebuilt document and Retry-After: 1: that refusal is the cheapest the edge
 // makes over HTTP/1.1 and HTTP/2, and builds no fields.
 func TooManyStreams(w http.ResponseWriter, r *http.Request) {
-	w.Header()[headers.RetryAfterFieldName] = oneSecond
-	if isGRPC(r) {
-		writeGRPC(w, http.StatusTooManyRequests, "too many requests from this source")
-		return
-	}
-	write(w, http.StatusTooManyRequests, tooManyStreams)
+	prebuilt(w, r, http.StatusTooManyRequests, "too many requests from this source", tooManyStreams)
 }
 
 // overloaded is the prebuilt answer to a request the edge sheds (limits:
@@ -93,12 +88,18 @@ var overloaded = []byte(`{"type":"about:blank","title":"Service Unavailable","st
 // Overloaded answers 503 with Retry-After: 1 and a prebuilt document to a request
 // the edge sheds: at capacity, it builds nothing per request.
 func Overloaded(w http.ResponseWriter, r *http.Request) {
+	prebuilt(w, r, http.StatusServiceUnavailable, "the edge is at capacity; retry shortly", overloaded)
+}
+
+// prebuilt writes a prebuilt refusal, body (detail in it), with Retry-After: 1, or
+// its gRPC status to a gRPC client.
+func prebuilt(w http.ResponseWriter, r *http.Request, status int, detail string, body []byte) {
 	w.Header()[headers.RetryAfterFieldName] = oneSecond
 	if isGRPC(r) {
-		writeGRPC(w, http.StatusServiceUnavailable, "the edge is at capacity; retry shortly")
+		writeGRPC(w, status, detail)
 		return
 	}
-	write(w, http.StatusServiceUnavailable, overloaded)
+	write(w, status, body)
 }
 
 func write(w http.ResponseWriter, status int, body []byte) {
