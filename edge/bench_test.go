@@ -129,41 +129,49 @@ func BenchmarkChain(b *testing.B) {
 			cfg.Listen = "127.0.0.1:0"
 			cfg.IP = roomyIP
 			cfg.Policies = tt.policies
-			cfg.ApplyDefaults()
-			if err := cfg.Validate(); err != nil {
-				b.Fatal(err)
-			}
-			s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			// Unlimited per-source budgets: the benchmark is one source.
-			if err := s.guard.SetLimits(quicconn.Config{ConnRate: -1, StreamRate: -1, MaxConnections: -1,
-				MaxTracked: cfg.IP.MaxTracked}); err != nil {
-				b.Fatal(err)
-			}
-			// The server's own chain (its instrument, its registry), in front of an
-			// origin that costs nothing.
-			var origin http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
-			s.origin.Store(&origin)
-			h := s.handler
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
+			benchChain(b, cfg, func() *http.Request {
 				// A request of a connection, as the listeners make them.
 				r := httptest.NewRequestWithContext(identity.WithMemo(context.Background()), "GET", "https://api.example/v1/items", nil)
 				r.RemoteAddr = "192.0.2.7:40000"
 				r.Header.Set("X-API-Key", "k-000042")
-				w := &discardWriter{h: http.Header{}}
-				for pb.Next() {
-					clear(w.h)
-					h.ServeHTTP(w, r)
-					if w.code != 200 {
-						b.Fatalf("status %d", w.code)
-					}
-				}
+				return r
 			})
 		})
 	}
+}
+
+// benchChain builds the server of cfg — its own chain (its instrument, its registry)
+// with unlimited per-source budgets (the benchmark is one source), in front of an
+// origin that costs nothing — and serves it, in parallel, the requests newRequest
+// makes (one per goroutine, as a connection's), failing on any status but 200.
+func benchChain(b *testing.B, cfg *config.Config, newRequest func() *http.Request) {
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.guard.SetLimits(quicconn.Config{ConnRate: -1, StreamRate: -1, MaxConnections: -1,
+		MaxTracked: cfg.IP.MaxTracked}); err != nil {
+		b.Fatal(err)
+	}
+	var origin http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	s.origin.Store(&origin)
+	h := s.handler
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := newRequest()
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			if w.code != 200 {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
 }
 
 type discardWriter struct {

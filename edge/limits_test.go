@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/identity"
-	"github.com/h3edge/h3edge/quicconn"
 )
 
 // limitsOrigin is the upstream of the limits tests: /…/big streams 64 MiB, anything
@@ -481,37 +479,14 @@ func BenchmarkChainRouted(b *testing.B) {
 				{Name: "b", Upstream: "o", Match: config.RouteMatch{PathPrefix: "/b/"}},
 				{Name: "rest", Upstream: "o"},
 			}
-			cfg.ApplyDefaults()
-			if err := cfg.Validate(); err != nil {
-				b.Fatal(err)
-			}
-			s, err := New(cfg, Options{CertCacheDir: certCache(b), Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.guard.SetLimits(quicconn.Config{ConnRate: -1, StreamRate: -1, MaxConnections: -1,
-				MaxTracked: cfg.IP.MaxTracked}); err != nil {
-				b.Fatal(err)
-			}
-			var origin http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
-			s.origin.Store(&origin)
-			h := s.handler
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
+			benchChain(b, cfg, func() *http.Request {
 				r := httptest.NewRequestWithContext(identity.WithMemo(context.Background()), method, "https://api.example/v1/items", nil)
 				if method == "POST" {
 					r.Body, r.ContentLength = io.NopCloser(strings.NewReader("x")), 1
 				}
 				r.RemoteAddr = "192.0.2.7:40000"
 				r.Header.Set("X-API-Key", "k-000042")
-				w := &discardWriter{h: http.Header{}}
-				for pb.Next() {
-					clear(w.h)
-					h.ServeHTTP(w, r)
-					if w.code != 200 {
-						b.Fatalf("status %d", w.code)
-					}
-				}
+				return r
 			})
 		})
 	}
