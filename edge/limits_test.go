@@ -357,22 +357,10 @@ func h1Trickle(addr string, src net.IP, limit time.Duration, stop, started chan 
 	started <- struct{}{}
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-done:
-				return
-			case <-tick.C:
-				if _, err := conn.Write([]byte("x")); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	go everySecond(stop, done, func() bool {
+		_, err := conn.Write([]byte("x"))
+		return err == nil
+	})
 	conn.SetReadDeadline(start.Add(limit))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -381,6 +369,25 @@ func h1Trickle(addr string, src net.IP, limit time.Duration, stop, started chan 
 	}
 	resp.Body.Close()
 	report(resp.StatusCode, time.Since(start), nil)
+}
+
+// everySecond calls f once a second until stop or done is closed or f returns false:
+// the trickle of a slow body.
+func everySecond(stop, done <-chan struct{}, f func() bool) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-done:
+			return
+		case <-tick.C:
+			if !f() {
+				return
+			}
+		}
+	}
 }
 
 // h2Trickle posts n 100-byte bodies from src on one HTTP/2 connection, each one byte a
@@ -412,24 +419,14 @@ func h2Trickle(addr string, src net.IP, n int, limit time.Duration, stop, starte
 	}
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			mu.Lock()
-			for id := range open {
-				fr.WriteData(id, false, []byte("x"))
-			}
-			mu.Unlock()
+	go everySecond(stop, done, func() bool {
+		mu.Lock()
+		for id := range open {
+			fr.WriteData(id, false, []byte("x"))
 		}
-	}()
+		mu.Unlock()
+		return true
+	})
 	conn.SetReadDeadline(start.Add(limit))
 	for left := n; left > 0; {
 		f, err := fr.ReadFrame()
