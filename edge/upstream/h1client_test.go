@@ -2,14 +2,17 @@ package upstream
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -192,5 +195,94 @@ func TestH1ClientBodyOutlivesTimeout(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections to the origin, want 1 (kept alive throughout)", n)
+	}
+}
+
+// TestH1ClientLargeHead: a request head larger than the socket buffers takes
+// sendAndRead's way for a write that does not go out at once (EAGAIN): the rest is
+// written, the response read, the connection kept; the origin sees the head whole.
+func TestH1ClientLargeHead(t *testing.T) {
+	big := strings.Repeat("x", 600<<10)
+	var conns atomic.Int32
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Origin", strconv.Itoa(len(r.Header.Get("X-Big"))))
+	}))
+	o.Config.MaxHeaderBytes = 2 << 20
+	o.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	// Small socket buffers on both ends, so that the head cannot go out in one write.
+	small := func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) {
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+			syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+	}
+	ln, err := (&net.ListenConfig{Control: small}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Listener.Close()
+	o.Listener = ln
+	o.Start()
+	t.Cleanup(o.Close)
+	newTransport := func(tg Target, cfg *Config) Transport {
+		c := DefaultTransport(tg, cfg).(*h1Client)
+		c.dialer.Control = small
+		return c
+	}
+	s := httptest.NewUnstartedServer(newPool(t, Config{Timeout: 5 * time.Second, NewTransport: newTransport,
+		Targets: []Target{tgt(t, "http://"+ln.Addr().String(), 1)}}))
+	s.Config.MaxHeaderBytes = 2 << 20
+	s.Start()
+	t.Cleanup(s.Close)
+	for i, size := range []int{len(big), 0, len(big), 0} {
+		req := mustReq(t, "GET", s.URL+"/", nil)
+		if size > 0 {
+			req.Header.Set("X-Big", big)
+		}
+		body, code := get(t, http.DefaultClient, req)
+		if code != 200 || body != strconv.Itoa(size) {
+			t.Fatalf("request %d: status %d, origin saw an X-Big of %q bytes, want 200 and %d", i, code, body, size)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections to the origin, want 1 (kept alive throughout)", n)
+	}
+}
+
+// TestH1ClientGoneBeforeHeader: a client that goes away while the origin has not
+// answered yet ends the wait for the header at once (sendAndRead's raw read is woken
+// by the context's watch), and the connection to the origin is closed.
+func TestH1ClientGoneBeforeHeader(t *testing.T) {
+	arrived, originDone := make(chan struct{}), make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done() // the edge closed the connection
+		close(originDone)
+	}))
+	t.Cleanup(o.Close)
+	url := front(t, newPool(t, Config{Timeout: time.Minute, Targets: []Target{tgt(t, o.URL, 1)}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	req := mustReq(t, "GET", url+"/wait", nil).WithContext(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	<-arrived
+	cancel()
+	select {
+	case <-originDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the origin's connection was still open 5 s after the client went away")
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled request succeeded")
 	}
 }
