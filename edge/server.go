@@ -214,7 +214,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.newPenaltyBox(cfg); err != nil {
 		return nil, err
 	}
-	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
+	if s.guard, err = admission.NewGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
@@ -411,7 +411,7 @@ func (s *Server) Serve() error {
 		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState: s.connState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return h2guard.ConnContext(s.tcp.ConnContext(s.connContext(ctx), rawConn(c)), c)
+			return h2guard.ConnContext(s.tcp.ConnContext(s.connContext(ctx), h2guard.Raw(c)), c)
 		},
 	}
 	s.mu.Lock()
