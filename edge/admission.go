@@ -101,11 +101,20 @@ func (s *Server) streamBudget(next step) step {
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
 		// refused here without a policy or a computed field.
-		trusted := s.rules.Load().Trusted
-		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
+		client, trusted := peer, s.rules.Load().Trusted
+		if len(trusted) > 0 {
+			client = identity.ClientAddr(r, trusted)
+		}
+		banned := s.box.Banned(peer) || client != peer && s.box.Banned(client)
 		// HTTP/3 streams were charged when package h3serve accepted them (admitH3Stream).
 		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
-			next(w, r, now)
+			if h, ok := s.share.Enter(client, s.inflight.Load(), s.maxInflight.Load()); ok {
+				defer h.Leave()
+				next(w, r, now)
+			} else { // over its share of the in-flight cap: a hog, charged as one
+				s.reject(r, now)
+				s.shed(w, r)
+			}
 			return
 		}
 		if !banned {

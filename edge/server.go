@@ -127,10 +127,12 @@ type Server struct {
 
 	// inflight counts requests being handled, on all protocols; over maxInflight
 	// (limits.max_inflight_requests; 0: not capped) new ones are shed, as they are
-	// while shedder says the process is overloaded (shed.go).
+	// while shedder says the process is overloaded (shed.go); share keeps each
+	// source's share of the cap.
 	inflight    atomic.Int64
 	maxInflight atomic.Int64
 	shedder     *overload.Sampler
+	share       *admission.Share
 	// altSvcValue is the Alt-Svc field (nil: none), set once the port is known.
 	altSvcValue atomic.Pointer[[]string]
 
@@ -218,6 +220,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
+	s.share = admission.NewShare(s.guard.Sources())
 	s.tcp.SetCaps(admission.Caps(cfg.Limits))
 	s.shedder = overload.New(overload.Config{})
 	s.applyOverload(cfg.Limits)
