@@ -2,6 +2,7 @@ package admission
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"testing"
 
 	"github.com/h3edge/h3edge/limiter"
@@ -39,13 +40,13 @@ func TestShare(t *testing.T) {
 	if enter(a) {
 		t.Error("the first source, over its share, was not shed")
 	}
-	if got := s.holders.Load(); got != 2 {
+	if got := s.Holders(); got != 2 {
 		t.Errorf("holders %d, want 2", got)
 	}
 	for _, h := range holds {
 		h.Leave()
 	}
-	if got := s.holders.Load(); got != 0 {
+	if got := s.Holders(); got != 0 {
 		t.Errorf("holders %d after every request left, want 0", got)
 	}
 	inflight = limit / 2 // held by others, not counted here
@@ -54,5 +55,25 @@ func TestShare(t *testing.T) {
 	}
 	if h, ok := s.Enter(a, 0, 0); !ok || h.s != nil {
 		t.Error("not capped: counted or shed")
+	}
+}
+
+// BenchmarkShare: what a request pays, Enter and Leave, below the soft mark (as
+// nearly always) and past it; in parallel, each goroutine for sources of its own.
+func BenchmarkShare(b *testing.B) {
+	s := NewShare(limiter.SourcePrefix{IPv4: 32, IPv6: 64})
+	for _, inflight := range []int64{10, 600} {
+		b.Run(map[int64]string{10: "below", 600: "past"}[inflight], func(b *testing.B) {
+			var g atomic.Int32
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(g.Add(1)) << 12 // each goroutine its own sources
+				for pb.Next() {
+					i++
+					if h, ok := s.Enter(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), inflight, 1024); ok {
+						h.Leave()
+					}
+				}
+			})
+		})
 	}
 }
