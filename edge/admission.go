@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"crypto/tls"
 	"net"
 	"net/http"
 	"net/netip"
@@ -10,13 +9,10 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/h3edge/h3edge/edge/admission"
 	"github.com/h3edge/h3edge/edge/answer"
-	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/h2guard"
 	"github.com/h3edge/h3edge/edge/identity"
 	"github.com/h3edge/h3edge/edge/metrics"
-	"github.com/h3edge/h3edge/quicconn"
 )
 
 // Admission: the per-source transport budgets of the ip: section (DESIGN §1) — the
@@ -24,31 +20,13 @@ import (
 // and cap, and the stream budget of requests. QUIC's side of the same budgets is
 // quicconn.Guard's, wired in Serve.
 
-// newGuard builds the per-source transport budgets of the ip: section.
-func newGuard(c config.IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error) {
-	gc := admission.GuardConfig(c)
-	gc.Banned = banned
-	return quicconn.New(gc)
-}
-
 // connState gives a TCP connection's slot back when the HTTP server is done with it
 // (closed, or hijacked: then its new owner is no longer an HTTP connection).
 func (s *Server) connState(c net.Conn, st http.ConnState) {
 	if st != http.StateClosed && st != http.StateHijacked {
 		return
 	}
-	s.tcp.Release(rawConn(c))
-}
-
-// rawConn returns the TCP connection under c, as the listener accepted it.
-func rawConn(c net.Conn) net.Conn {
-	if g, ok := c.(*h2guard.Conn); ok {
-		c = g.Conn
-	}
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	return c
+	s.tcp.Release(h2guard.Raw(c))
 }
 
 // admitH3Stream charges a new HTTP/3 request stream from addr to the source's stream
@@ -123,11 +101,20 @@ func (s *Server) streamBudget(next step) step {
 		// A banned source's connections are closed when the ban starts; a request
 		// racing that, or one forwarded by a trusted proxy for a banned client, is
 		// refused here without a policy or a computed field.
-		trusted := s.rules.Load().Trusted
-		banned := s.box.Banned(peer) || len(trusted) > 0 && s.box.Banned(identity.ClientAddr(r, trusted))
+		client, trusted := peer, s.rules.Load().Trusted
+		if len(trusted) > 0 {
+			client = identity.ClientAddr(r, trusted)
+		}
+		banned := s.box.Banned(peer) || client != peer && s.box.Banned(client)
 		// HTTP/3 streams were charged when package h3serve accepted them (admitH3Stream).
 		if !banned && (r.ProtoMajor == 3 || s.guard.AllowStream(peer, now)) {
-			next(w, r, now)
+			if h, ok := s.share.Enter(client, s.inflight.Load(), s.maxInflight.Load()); ok {
+				defer h.Leave()
+				next(w, r, now)
+			} else { // over its share of the in-flight cap: a hog, charged as one
+				s.reject(r, now)
+				s.shed(w, r)
+			}
 			return
 		}
 		if !banned {

@@ -127,10 +127,12 @@ type Server struct {
 
 	// inflight counts requests being handled, on all protocols; over maxInflight
 	// (limits.max_inflight_requests; 0: not capped) new ones are shed, as they are
-	// while shedder says the process is overloaded (shed.go).
+	// while shedder says the process is overloaded (shed.go); share keeps each
+	// source's share of the cap.
 	inflight    atomic.Int64
 	maxInflight atomic.Int64
 	shedder     *overload.Sampler
+	share       *admission.Share
 	// altSvcValue is the Alt-Svc field (nil: none), set once the port is known.
 	altSvcValue atomic.Pointer[[]string]
 
@@ -214,10 +216,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err := s.newPenaltyBox(cfg); err != nil {
 		return nil, err
 	}
-	if s.guard, err = newGuard(cfg.IP, s.box.Banned); err != nil {
+	if s.guard, err = admission.NewGuard(cfg.IP, s.box.Banned); err != nil {
 		return nil, err
 	}
 	s.tcp = admission.NewTCP(s.guard, s.box.Banned)
+	s.share = admission.NewShare(s.guard.Sources())
 	s.tcp.SetCaps(admission.Caps(cfg.Limits))
 	s.shedder = overload.New(overload.Config{})
 	s.applyOverload(cfg.Limits)
@@ -411,7 +414,7 @@ func (s *Server) Serve() error {
 		ErrorLog:  slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnState: s.connState,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return h2guard.ConnContext(s.tcp.ConnContext(s.connContext(ctx), rawConn(c)), c)
+			return h2guard.ConnContext(s.tcp.ConnContext(s.connContext(ctx), h2guard.Raw(c)), c)
 		},
 	}
 	s.mu.Lock()

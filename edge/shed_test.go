@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,18 +56,26 @@ func wantShed(t *testing.T, what string, resp *http.Response, err error) {
 }
 
 // TestMaxInflightRequests: with limits.max_inflight_requests: 3 and three slow
-// requests held, a fourth on every protocol gets 503 with Retry-After before any
+// requests held, one from each of three sources (one source may hold only its share,
+// TestInflightShare), a fourth on every protocol gets 503 with Retry-After before any
 // origin sees it; the three finish with 200, and then the edge serves again.
 func TestMaxInflightRequests(t *testing.T) {
 	e := startEdge(t, func(c *config.Config) { c.Limits.MaxInflightRequests = 3 })
-	wait := holdSlow(t, clientFor(t, "h2"), e.url, 3, 1500)
+	var waits []func() []int
+	for _, src := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		c, err := newSourceClient(t, "h2", src).dial(e.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, holdSlow(t, c, e.url, 1, 1500))
+	}
 	testkit.WaitFor(t, 5*time.Second, "three requests in flight", func() bool { return e.inflight.Load() == 3 })
 	for _, p := range protos {
 		resp, err := clientFor(t, p.name).Get(e.url + "/")
 		wantShed(t, p.name+" request over the cap", resp, err)
 	}
-	for i, st := range wait() {
-		if st != http.StatusOK {
+	for i, wait := range waits {
+		if st := wait()[0]; st != http.StatusOK {
 			t.Errorf("held request %d: %d, want 200", i, st)
 		}
 	}
@@ -144,5 +154,86 @@ ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 
 			resp.Body.Close()
 		}
 		cancel()
+	}
+}
+
+// TestInflightShare: one source holding slow requests gets at most half of
+// limits.max_inflight_requests (its share while it is the only source holding any);
+// its requests past that are shed with the 503 and charge it a rejection each, so
+// that it is banned past abuse.rejections; a client on another address is served all
+// along. Before the share, the hog filled the cap and every other client got 503,
+// charged to nobody.
+func TestInflightShare(t *testing.T) {
+	t.Parallel()
+	const capped = 20
+	e := startEdge(t, func(c *config.Config) { c.Limits.MaxInflightRequests = capped })
+	hogAddr := netip.MustParseAddr("127.0.0.2")
+	hog, err := newSourceClient(t, "h2", hogAddr.String()).dial(e.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hog.Timeout = 30 * time.Second // past the held requests' 20 s
+	// Its one connection, for all its requests.
+	if resp, err := hog.Get(e.url + "/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	held := holdSlow(t, hog, e.url, capped/2, 20000)
+	testkit.WaitFor(t, 5*time.Second, "half the cap held", func() bool { return e.inflight.Load() == capped/2 })
+
+	// Ten more: shed at once with the share, held up to the cap without it.
+	var answered atomic.Int32
+	extra := make([]int, capped/2)
+	for i := range extra {
+		go func() {
+			if resp, err := hog.Get(e.url + "/slow?ms=20000"); err == nil {
+				resp.Body.Close()
+				extra[i] = resp.StatusCode
+			}
+			answered.Add(1)
+		}()
+	}
+	testkit.WaitFor(t, 5*time.Second, "the hog's ten more requests answered or held", func() bool {
+		return answered.Load() == capped/2 || e.inflight.Load() == capped
+	})
+	if answered.Load() == capped/2 {
+		for i, st := range extra {
+			if st != http.StatusServiceUnavailable {
+				t.Errorf("hog's request %d past half the cap: %d, want 503", capped/2+i, st)
+			}
+		}
+	} else {
+		t.Error("the hog holds the whole cap")
+	}
+	for _, p := range protos {
+		resp, err := clientFor(t, p.name).Get(e.url + "/")
+		if err != nil {
+			t.Errorf("%s from another source while the hog holds its share: %v, want 200", p.name, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s from another source while the hog holds its share: %d, want 200", p.name, resp.StatusCode)
+		}
+	}
+
+	// Each shed request charged the hog: it is banned past abuse.rejections (50), and
+	// its connection closed.
+	n := 0
+	for ; n < 60 && !e.box.Banned(hogAddr); n++ {
+		resp, err := hog.Get(e.url + "/")
+		if err != nil {
+			break // the ban closed the connection
+		}
+		wantShed(t, "hog's request over its share", resp, err)
+	}
+	if !e.box.Banned(hogAddr) {
+		t.Fatalf("%d more requests shed, the hog is not banned", n)
+	}
+	t.Logf("banned after %d more requests over its share", n)
+	held()
+	if e.box.Banned(loopback) {
+		t.Error("the other client is banned")
 	}
 }

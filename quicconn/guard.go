@@ -134,6 +134,10 @@ func (g *Guard) SetLimits(cfg Config) error {
 // instant turns now into nanoseconds since the Guard's epoch (monotonic when now is).
 func (g *Guard) instant(now time.Time) int64 { return int64(now.Sub(g.epoch)) }
 
+// Sources returns how the Guard cuts addresses into sources, for state kept per
+// source elsewhere that must agree with its budgets.
+func (g *Guard) Sources() limiter.SourcePrefix { return g.tab.sources }
+
 func (g *Guard) banned(a netip.Addr) bool {
 	return g.cfg.Banned != nil && g.cfg.Banned(a)
 }

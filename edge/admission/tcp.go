@@ -219,6 +219,14 @@ func reset(c net.Conn) {
 	c.Close()
 }
 
+// NewGuard builds the per-source transport budgets of the ip: section; banned reports
+// a source in the penalty box.
+func NewGuard(c config.IPConfig, banned func(netip.Addr) bool) (*quicconn.Guard, error) {
+	gc := GuardConfig(c)
+	gc.Banned = banned
+	return quicconn.New(gc)
+}
+
 // GuardConfig translates the ip: section into the guard's budgets (without Banned).
 func GuardConfig(c config.IPConfig) quicconn.Config {
 	return quicconn.Config{

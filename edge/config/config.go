@@ -314,8 +314,12 @@ type LimitsConfig struct {
 	MaxPendingConnections int `yaml:"max_pending_connections"`
 	// MaxInflightRequests caps the requests being handled at once, on all protocols
 	// together: over it a new request gets a prebuilt 503 with Retry-After: 1 before
-	// any policy or upstream sees it. If zero, it is sized from the machine at start:
-	// 1 024 per core; -1: not capped. Top level only.
+	// any policy or upstream sees it. Past half of it, each source (its client
+	// address) has a share: the room left under the cap divided among the sources
+	// holding requests, at least a 64th of the half; a request from a source holding
+	// its share gets the same 503 and charges the source a rejection toward a ban. If
+	// zero, it is sized from the machine at start: 1 024 per core; -1: not capped. Top
+	// level only.
 	MaxInflightRequests int `yaml:"max_inflight_requests"`
 	// MaxGoroutines is the goroutine count over which the edge sheds new work — new
 	// QUIC connections refused, new TCP connections reset at accept, new requests

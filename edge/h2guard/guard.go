@@ -120,6 +120,18 @@ type Conn struct {
 	writeCharged bool                                 // the write timeout was charged (by the writing goroutine)
 }
 
+// Raw returns the connection under c (a Conn, a TLS connection, or one as accepted)
+// as the listener accepted it.
+func Raw(c net.Conn) net.Conn {
+	if g, ok := c.(*Conn); ok {
+		c = g.Conn
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	return c
+}
+
 // Read reads from the TLS connection and follows the frames it returns.
 func (c *Conn) Read(p []byte) (int, error) {
 	if c.state <= 0 {
