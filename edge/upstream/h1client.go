@@ -10,9 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -404,11 +402,7 @@ type h1Conn struct {
 	nc        net.Conn
 	br        *bufio.Reader
 	bw        *bufio.Writer
-	nread     int64           // bytes read during the current request
-	raw       syscall.RawConn // nc's descriptor, for sendAndRead; nil when nc has none (tests)
-	send      []byte          // a request head the next read writes first (sendAndRead)
-	rawStep   func(uintptr) bool
-	rx        rawExchange
+	nread     int64 // bytes read during the current request
 	idleSince time.Time
 	stop      func() bool // ends the watch of the current request's context
 	abort     func()      // the watch's action: fail the read or write in progress
@@ -423,84 +417,15 @@ func newH1Conn(c *h1Client, nc net.Conn) *h1Conn {
 	pc.abort = func() { pc.nc.SetDeadline(aLongTimeAgo) } // made once, not per request
 	pc.br = bufio.NewReaderSize(readCounter{pc}, 4<<10)
 	pc.bw = bufio.NewWriterSize(nc, 4<<10)
-	if sc, ok := nc.(syscall.Conn); ok {
-		pc.raw, _ = sc.SyscallConn()
-		pc.rawStep = pc.step
-	}
 	return pc
 }
 
 type readCounter struct{ pc *h1Conn }
 
-func (r readCounter) Read(p []byte) (n int, err error) {
-	if r.pc.send != nil {
-		n, err = r.pc.sendAndRead(p)
-	} else {
-		n, err = r.pc.nc.Read(p)
-	}
+func (r readCounter) Read(p []byte) (int, error) {
+	n, err := r.pc.nc.Read(p)
 	r.pc.nread += int64(n)
 	return n, err
-}
-
-// sendAndRead writes pc.send, a request without a body, and reads the first bytes of
-// the response into p, in one wait: the write is made inside the raw read, after the
-// poller's read readiness was reset, so the response's arrival cannot be missed, and
-// the read that would find nothing yet (EAGAIN, then a park) is not made. A read of
-// net.Conn after its Write makes that read every time: one system call of the three
-// per proxied GET on loopback. A write that does not go out whole at once (a full
-// socket buffer) is finished and read the plain way.
-func (pc *h1Conn) sendAndRead(p []byte) (int, error) {
-	x := &pc.rx
-	x.p, x.n, x.sent, x.werr, x.rerr = p, 0, 0, nil, nil
-	err := pc.raw.Read(pc.rawStep)
-	head, sent, n, werr, rerr := pc.send, x.sent, x.n, x.werr, x.rerr
-	pc.send, x.p = nil, nil
-	switch {
-	case err != nil:
-		return 0, err // the deadline, or the context's watch
-	case werr == syscall.EAGAIN:
-		if _, err := pc.nc.Write(head[sent:]); err != nil {
-			return 0, err
-		}
-		return pc.nc.Read(p)
-	case werr != nil:
-		return 0, &net.OpError{Op: "write", Net: "tcp", Addr: pc.nc.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
-	case rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Addr: pc.nc.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
-	case n <= 0:
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// rawExchange is sendAndRead's state, kept in the connection so that the raw read's
-// function (rawStep, a method value made once) allocates nothing per request.
-type rawExchange struct {
-	p          []byte
-	n, sent    int
-	werr, rerr error
-}
-
-// step is the raw read's function: first the write of pc.send (false: then wait
-// until the descriptor is readable), then the read.
-func (pc *h1Conn) step(fd uintptr) bool {
-	x := &pc.rx
-	if x.sent < len(pc.send) {
-		for x.werr == nil && x.sent < len(pc.send) {
-			m, err := syscall.Write(int(fd), pc.send[x.sent:])
-			if m > 0 {
-				x.sent += m
-			}
-			if err != nil && err != syscall.EINTR {
-				x.werr = err
-			}
-		}
-		return x.werr != nil
-	}
-	for x.n, x.rerr = syscall.Read(int(fd), x.p); x.rerr == syscall.EINTR; {
-		x.n, x.rerr = syscall.Read(int(fd), x.p)
-	}
-	return x.rerr != syscall.EAGAIN
 }
 
 // aLongTimeAgo is a deadline in the past: it fails the blocked read or write at once.
@@ -538,22 +463,17 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 	}
 	fail := func(err error) (*http.Response, error) {
 		pc.stop()
-		pc.send = nil
 		pc.c.closeConn(pc)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, err
 	}
-	if pc.raw != nil && (req.Body == nil || req.Body == http.NoBody) {
-		pc.send = head // written by readResponse's first read (sendAndRead)
-	} else {
-		if err := writeRequest(pc.bw, head, req); err != nil {
-			return fail(err)
-		}
-		if err := pc.bw.Flush(); err != nil {
-			return fail(err)
-		}
+	if err := writeRequest(pc.bw, head, req); err != nil {
+		return fail(err)
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return fail(err)
 	}
 	var trace *httptrace.ClientTrace
 	for {

@@ -198,9 +198,9 @@ func TestH1ClientBodyOutlivesTimeout(t *testing.T) {
 	}
 }
 
-// TestH1ClientLargeHead: a request head larger than the socket buffers takes
-// sendAndRead's way for a write that does not go out at once (EAGAIN): the rest is
-// written, the response read, the connection kept; the origin sees the head whole.
+// TestH1ClientLargeHead: a request head larger than the socket buffers (4 KiB on both
+// ends) goes out in several writes: the origin sees it whole, the response is read,
+// the connection kept.
 func TestH1ClientLargeHead(t *testing.T) {
 	big := strings.Repeat("x", 600<<10)
 	var conns atomic.Int32
@@ -254,8 +254,8 @@ func TestH1ClientLargeHead(t *testing.T) {
 }
 
 // TestH1ClientGoneBeforeHeader: a client that goes away while the origin has not
-// answered yet ends the wait for the header at once (sendAndRead's raw read is woken
-// by the context's watch), and the connection to the origin is closed.
+// answered yet ends the wait for the header at once (the context's watch fails the
+// read), and the connection to the origin is closed.
 func TestH1ClientGoneBeforeHeader(t *testing.T) {
 	arrived, originDone := make(chan struct{}), make(chan struct{})
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
