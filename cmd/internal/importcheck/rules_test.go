@@ -63,8 +63,9 @@ var rules = []rule{
 	// registry) and edge/admin (which serves it) know Prometheus, and none imports edge,
 	// so each can be read and tested on its own.
 	{pkg: "edge/config", external: []string{"go.yaml.in/yaml/v3"}}, // the file, validated; knows no server
-	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated.
-	{pkg: "edge/admission", imports: []string{"quicconn", "edge/config"}},
+	// The TCP side of the transport budgets, on quicconn's Guard; config's ip: translated;
+	// each source's share of the in-flight cap, its sources cut as limiter's SourcePrefix.
+	{pkg: "edge/admission", imports: []string{"limiter", "quicconn", "edge/config"}},
 	// The penalty box's configuration from config, and its bans kept in the kernel's filter.
 	// It is shown to admin's ban endpoints too (bans.Admin is an admin.BanList).
 	{pkg: "edge/bans", imports: []string{"limiter", "edge/config", "edge/admin"}},
