@@ -67,16 +67,15 @@ func (s *Server) chargeAbuse(addr netip.Addr, charge int, reason string) {
 	}
 }
 
-// chargeSlow charges a source for a connection that ended without making progress
-// (admission's slow.go: one rejection; h2guard's write timeout: writeTimeoutCharge),
-// unless it is a trusted proxy, whose connections carry many clients.
-func (s *Server) chargeSlow(addr netip.Addr, reason string) {
-	charge := 1
-	if reason == h2guard.ReasonWriteTimeout {
-		charge = writeTimeoutCharge
-	}
-	if !identity.Contains(s.rules.Load().Trusted, addr) {
-		s.chargeAbuse(addr, charge, reason)
+// chargeSlow returns what charges a source charge rejections for a connection that
+// ended without making progress (admission's slow.go: one; h2guard's write timeout:
+// writeTimeoutCharge), unless it is a trusted proxy, whose connections carry many
+// clients.
+func (s *Server) chargeSlow(charge int) func(addr netip.Addr, reason string) {
+	return func(addr netip.Addr, reason string) {
+		if !identity.Contains(s.rules.Load().Trusted, addr) {
+			s.chargeAbuse(addr, charge, reason)
+		}
 	}
 }
 

@@ -225,7 +225,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.shedder = overload.New(overload.Config{})
 	s.applyOverload(cfg.Limits)
 	s.tcp.SetShedding(s.shedder.Shedding)
-	s.tcp.SetCharge(s.headerTimeout(), s.chargeSlow)
+	s.tcp.SetCharge(s.headerTimeout(), s.chargeSlow(1))
 	s.kernelBans = bans.NewKernel(s.box, s.guard.SetKernelBans, s.log)
 	s.registry = metrics.NewRegistry()
 	s.top = admin.NewTop()
@@ -470,7 +470,7 @@ func (s *Server) Serve() error {
 			// by table references is a bomb.
 			MaxHeaderBytes: maxHeaderBytes,
 			Report:         s.chargeAbuse,
-			Slow:           s.chargeSlow,
+			Slow:           s.chargeSlow(writeTimeoutCharge),
 		}))
 	}()
 	err = <-errc

@@ -45,9 +45,9 @@ type Config struct {
 	// rejections, for reason; it is called once per connection, from the goroutine
 	// that reads it, after the GOAWAY is sent. Nil: no abuse checks.
 	Report func(addr netip.Addr, charge int, reason string)
-	// Slow charges the source of a connection the write timeout ended with one
-	// rejection, for reason (write.go); it is called once per connection, from the
-	// goroutine that writes. Nil: not charged.
+	// Slow charges the source of a connection the write timeout ended, for reason
+	// (write.go; the edge charges ten rejections); it is called once per connection,
+	// from the goroutine that writes. Nil: not charged.
 	Slow func(addr netip.Addr, reason string)
 }
 
