@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"sync/atomic"
@@ -76,17 +77,14 @@ func (s *Share) Enter(addr netip.Addr, inflight, limit int64) (Hold, bool) {
 	}
 	k := s.sources.Source(addr).Hash()
 	h := Hold{s: s}
-	var held int32
+	held := int32(math.MaxInt32)
 	for r := range shareRows {
 		// The multiply makes the top bits depend on the seed: an attacker cannot pick
 		// an address that shares a legitimate source's counters.
 		h.idx[r] = uint32((k ^ s.seeds[r]) * 0x9e3779b97f4a7c15 >> (64 - shareBits))
 		n := s.counts[r][h.idx[r]].Add(1)
-		if r == 0 {
-			held = n
-			if n == 1 {
-				s.holders[h.idx[0]%shareStripes].n.Add(1)
-			}
+		if r == 0 && n == 1 {
+			s.holders[h.idx[0]%shareStripes].n.Add(1)
 		}
 		held = min(held, n)
 	}
