@@ -493,12 +493,12 @@ func runAttack(ctx context.Context, e *env, a *attack.Attack) (*Report, error) {
 func claimAttack(summary string, p attackPlan, short bool) string {
 	s := summary + ": h3edge stays up and ≥ 95% of the legitimate requests succeed"
 	if p.overload {
-		s = summary + ": h3edge stays up, sheds the attacker's excess with 503, " +
-			"and serves ≥ 95% of the legitimate requests while the attack lasts and once its held requests have ended"
+		shed, when := "", "while the attack lasts and "
 		if short {
-			s = summary + ": h3edge stays up, sheds the attacker's excess with 503 (the legitimate clients' new work too, reported), " +
-				"and serves ≥ 95% of the legitimate requests once the attack's held requests have ended"
+			shed, when = " (the legitimate clients' new work too, reported)", ""
 		}
+		s = summary + ": h3edge stays up, sheds the attacker's excess with 503" + shed +
+			", and serves ≥ 95% of the legitimate requests " + when + "once the attack's held requests have ended"
 	}
 	if p.banned {
 		bound := attackFullBan
