@@ -135,7 +135,6 @@ func (a *outageAnalysis) checkOutage(r *outageRun, oi int) {
 // time until every edge's closed policy admitted again; then exact global limiting.
 // Before any fault, the same exactness (the reference).
 func (a *outageAnalysis) checkRecovery(r *outageRun) {
-	q := float64(outageQuota)
 	ci := slices.Index(outageModes, "closed")
 	for _, oi := range outageOutages {
 		name, back, next := outageSchedule[oi].phase, r.to(oi), r.to(oi+1)
@@ -163,24 +162,67 @@ func (a *outageAnalysis) checkRecovery(r *outageRun) {
 		}
 		a.recovery = append(a.recovery, d)
 		a.check(true, ok && d <= outageRecovery, fmt.Sprintf("after %s: every edge decides in Redis again within %v", name, outageRecovery), "%s", d.Round(time.Millisecond))
-		from := at.Add(outageSettle)
-		secs := next.Sub(from).Seconds() / outageWindow.Seconds()
 		for mi, m := range outageModes {
-			n := admittedIn(r.recs, mi, -1, from, next)
-			exp := q * secs
-			a.check(false, math.Abs(float64(n)-exp) <= outageSlack+1, fmt.Sprintf("after %s, %s: exact global limiting from recovery + %v", name, m, outageSettle),
-				"admitted %d over both edges in %.2fs, exact %.1f", n, next.Sub(from).Seconds(), exp)
+			a.checkExact(r, mi, at.Add(outageSettle), next, fmt.Sprintf("after %s, %s: exact global limiting from recovery + %v", name, m, outageSettle))
 		}
 	}
-	kill := r.to(stageBefore)
 	for mi, m := range outageModes {
-		from := r.start.Add(outageSettle)
-		secs := kill.Sub(from).Seconds() / outageWindow.Seconds()
-		n := admittedIn(r.recs, mi, -1, from, kill)
-		exp := q * secs
-		a.check(false, math.Abs(float64(n)-exp) <= outageSlack+1, fmt.Sprintf("before, %s: exact global limiting", m),
-			"admitted %d over both edges in %.2fs, exact %.1f", n, kill.Sub(from).Seconds(), exp)
+		a.checkExact(r, mi, r.start.Add(outageSettle), r.to(stageBefore), fmt.Sprintf("before, %s: exact global limiting", m))
 	}
+}
+
+// checkExact checks that path mi admitted, over both edges, exactly the refill rate
+// from `from` to `to`: quota per window, give or take outageSlack + 1.
+//
+// A token bucket admits exactly its refill only over a span that starts with it
+// empty, so the span starts when the first denial decided after `from` arrived.
+// Under 5× demand that is a few milliseconds after `from`, but on a loaded machine
+// the bucket may still hold tokens then: its fresh burst spent late, or tokens
+// gathered while the client stalled and spent when it caught up. An over-admitting
+// store still fails here.
+//
+// Admissions are counted by when their response arrived; one sent before an edge of
+// the span and answered after it may have been decided on either side. Those are
+// counted (early at the start, late at the end) and allowed for, as the accuracy
+// scenario does, so that a slow client does not look like a wrong count.
+func (a *outageAnalysis) checkExact(r *outageRun, mi int, from, to time.Time, what string) {
+	if d, ok := firstDenial(r.recs, mi, from, to); ok {
+		from = d
+	}
+	var n, early, late int
+	for _, rec := range r.recs {
+		if rec.path != mi || rec.code != http.StatusOK {
+			continue
+		}
+		in := !rec.recv.Before(from) && rec.recv.Before(to)
+		if in {
+			n++
+		}
+		if in && rec.sent.Before(from) {
+			early++
+		}
+		if !rec.recv.Before(to) && rec.sent.Before(to) {
+			late++
+		}
+	}
+	exp := float64(outageQuota) * to.Sub(from).Seconds() / outageWindow.Seconds()
+	slack := float64(outageSlack + 1)
+	ok := float64(n-early) <= exp+slack && float64(n+late) >= exp-slack
+	a.check(false, ok, what, "admitted %d over both edges in %.2fs (%d may have been decided before it, %d answered after it may have been decided in it), exact %.1f",
+		n, to.Sub(from).Seconds(), early, late, exp)
+}
+
+// firstDenial is when the first 429 on path mi sent from `from` on (so decided after
+// it) and answered before `to` arrived.
+func firstDenial(recs []fleetRecord, mi int, from, to time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, rec := range recs {
+		if rec.path == mi && rec.code == http.StatusTooManyRequests && !rec.sent.Before(from) && rec.recv.Before(to) &&
+			(first.IsZero() || rec.recv.Before(first)) {
+			first = rec.recv
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // checkRest: nothing else went wrong — no other 5xx, no failed request, no panic, and
