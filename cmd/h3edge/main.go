@@ -197,11 +197,7 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "h3edge:", err)
 		return 1
 	}
-	origin := cfg.Upstream
-	if origin == "" {
-		origin = "built-in demo origin"
-	}
-	attrs := []any{"version", version(), "go", runtime.Version(), "listen", srv.Addr().String(), "protocols", "h3,h2,http/1.1", "origin", origin}
+	attrs := []any{"version", version(), "go", runtime.Version(), "listen", srv.Addr().String(), "protocols", "h3,h2,http/1.1", "origin", originSummary(cfg)}
 	if srv.Certs().Development() {
 		attrs = append(attrs, "certificate", "self-signed development", "spki_pin", srv.Certs().Pin())
 	} else {
@@ -262,4 +258,24 @@ func serve(args []string, stderr io.Writer) int {
 			return 0
 		}
 	}
+}
+
+// originSummary says in the start-up line what answers the requests h3edge admits: the
+// shorthand's origin, the routes and their pools, or the demo origin (only when neither
+// is configured: with routes, a request none matches gets 404, never the demo).
+func originSummary(cfg *config.Config) string {
+	switch {
+	case cfg.Upstream != "":
+		return cfg.Upstream
+	case len(cfg.Routes) > 0:
+		return fmt.Sprintf("%s to %s", plural(len(cfg.Routes), "route"), plural(len(cfg.Upstreams), "upstream pool"))
+	}
+	return "built-in demo origin"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -260,6 +260,33 @@ func TestBinaryProxiesToUpstream(t *testing.T) {
 	}
 }
 
+// TestStartLineNamesRoutes: with routes configured the start-up line names them and
+// their pools, not the demo origin, which then answers nothing.
+func TestStartLineNamesRoutes(t *testing.T) {
+	up, _ := newUpstream(t)
+	cfg := filepath.Join(t.TempDir(), "routes.yaml")
+	os.WriteFile(cfg, []byte(roomyIP+`upstreams:
+  api: {targets: [`+up+`]}
+  web: {targets: [`+up+`]}
+routes:
+  - {name: api, match: {path_prefix: /api/}, upstream: api}
+  - {name: web, upstream: web}
+`), 0o644)
+	p := startProc(t, nil, "-config", cfg)
+	line := ""
+	for l := range strings.Lines(p.log()) {
+		if strings.Contains(l, "h3edge serving") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, `origin="2 routes to 2 upstream pools"`) {
+		t.Errorf("start-up line: %s", line)
+	}
+	if p := startProc(t, nil); !strings.Contains(p.log(), `origin="built-in demo origin"`) {
+		t.Errorf("without routes or upstream, the start-up line does not name the demo origin:\n%s", p.log())
+	}
+}
+
 func TestGracefulShutdownBinary(t *testing.T) {
 	up, inflight := newUpstream(t)
 	p := startProc(t, nil, "-upstream", up)
