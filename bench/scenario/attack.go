@@ -121,7 +121,7 @@ func plan(name string, short bool) attackPlan {
 		}
 	case "slow-read":
 		p.rssPerConn = slowConnRSS
-		p.sources, p.conns, p.duration, p.closeWithin = "127.0.2.1-127.0.2.50", 20, 20*time.Second, 15*time.Second
+		p.sources, p.conns, p.duration, p.closeWithin = "127.0.2.1-127.0.2.50", 60, 20*time.Second, 15*time.Second
 		p.config = "limits: {write_timeout: 10s}\n"
 		if short {
 			p.sources, p.conns, p.duration, p.closeWithin = "127.0.2.1-127.0.2.5", 4, 6*time.Second, 4*time.Second
