@@ -272,15 +272,8 @@ routes:
   - {name: api, match: {path_prefix: /api/}, upstream: api}
   - {name: web, upstream: web}
 `), 0o644)
-	p := startProc(t, nil, "-config", cfg)
-	line := ""
-	for l := range strings.Lines(p.log()) {
-		if strings.Contains(l, "h3edge serving") {
-			line = l
-		}
-	}
-	if !strings.Contains(line, `origin="2 routes to 2 upstream pools"`) {
-		t.Errorf("start-up line: %s", line)
+	if p := startProc(t, nil, "-config", cfg); !strings.Contains(p.log(), `origin="2 routes to 2 upstream pools"`) {
+		t.Errorf("with two routes to two pools, the start-up line does not name them:\n%s", p.log())
 	}
 	if p := startProc(t, nil); !strings.Contains(p.log(), `origin="built-in demo origin"`) {
 		t.Errorf("without routes or upstream, the start-up line does not name the demo origin:\n%s", p.log())
