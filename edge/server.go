@@ -598,7 +598,8 @@ func (s *Server) closeSockets() error {
 	if s.tcpLn != nil {
 		errs = append(errs, ignoreClosed(s.tcpLn.Close()))
 	}
-	// Every request has ended: what the access log holds is written.
+	// What the access log holds is written. Close does not wait for handlers (Shutdown
+	// does): the line of a request still running when it came is not.
 	s.setAccessLog(nil)
 	return errors.Join(errs...)
 }

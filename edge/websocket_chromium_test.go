@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"golang.org/x/net/websocket"
@@ -52,14 +53,20 @@ func TestWebSocketOverH2InChromium(t *testing.T) {
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](echoFromPage(e.Addr().String()), chromedp.EvalAwaitPromise)); err != nil || got != "100 echoed" {
 		t.Fatalf("WebSocket: %q %v", got, err)
 	}
-	e.Close()
+	// The socket's line is written once its handler sees the close, which may come
+	// after the page's promise resolved, and Close does not wait for handlers.
 	var sockets []string
-	for _, line := range readLines(t, accessPath) {
-		var l accessLine
-		if json.Unmarshal([]byte(line), &l) == nil && strings.HasPrefix(l.Path, "/ws/") {
-			sockets = append(sockets, fmt.Sprintf("%s %s %d %s", l.Method, l.Proto, l.Status, *l.Route))
+	testkit.WaitFor(t, 10*time.Second, "the WebSocket's line in the access log", func() bool {
+		sockets = sockets[:0]
+		for _, line := range readLines(t, accessPath) {
+			var l accessLine
+			if json.Unmarshal([]byte(line), &l) == nil && strings.HasPrefix(l.Path, "/ws/") {
+				sockets = append(sockets, fmt.Sprintf("%s %s %d %s", l.Method, l.Proto, l.Status, *l.Route))
+			}
 		}
-	}
+		return len(sockets) > 0
+	})
+	e.Close()
 	if len(sockets) != 1 || sockets[0] != "CONNECT HTTP/2.0 200 sockets" {
 		t.Errorf("the WebSocket in the access log: %q, want one CONNECT over HTTP/2.0 answered 200 on route sockets", sockets)
 	}
