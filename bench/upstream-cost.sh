@@ -2,10 +2,11 @@
 # upstream-cost.sh: what h3edge's proxy leg costs in one build against another, as the
 # ratio of CPU per proxied request (issue 12 kept the proxy path of `upstream: URL`).
 #
-#   bench/upstream-cost.sh [-p h2|h3|h1] [-s SECONDS] [-r ROUNDS] BASE NEW
+#   bench/upstream-cost.sh [-p h2|h3|h1] [-s SECONDS] [-r ROUNDS] [-o CPU] BASE NEW
 #
 # BASE and NEW are h3edge binaries. Each serves `upstream:` to its own Go HTTP/1.1
-# origin (net/http, "ok"); both h3edges run side by side on CPU 0, the origins and one
+# origin (net/http, "ok"); both h3edges run side by side on CPU 0, the origins on CPU 1
+# (-o 0 puts them on CPU 0 beside the h3edges, as `h3bench scenario proxy` does) and one
 # client each on CPU 1, so both meet the same machine: h2load -c 16 -m 16 for h2 (the
 # default), h2load --h1 -c 64 for h1, h3bench (the quic-go client, built from this
 # module) -c 16 -m 16 for h3. Each round prints both builds' CPU µs per request
@@ -15,17 +16,18 @@
 # run stops by itself.
 set -euo pipefail
 export GOTOOLCHAIN=go1.27.3 # go.mod's Go (README)
-secs=4 rounds=3 proto=h2
-while getopts "p:s:r:" o; do
+secs=4 rounds=3 proto=h2 ocpu=1
+while getopts "p:s:r:o:" o; do
 	case $o in
 	p) proto=$OPTARG ;;
 	s) secs=$OPTARG ;;
 	r) rounds=$OPTARG ;;
+	o) ocpu=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-p h2|h3|h1] [-s SECONDS] [-r ROUNDS] BASE NEW" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: upstream-cost.sh [-p h2|h3|h1] [-s SECONDS] [-r ROUNDS] [-o CPU] BASE NEW" >&2; exit 2; }
 case $proto in h2 | h3 | h1) ;; *) echo "upstream-cost: -p h2, h3 or h1" >&2; exit 2 ;; esac
 base=$1 new=$2
 d=$(mktemp -d)
@@ -62,7 +64,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 start() {
 	local o
 	sport=$(port) o=$(port)
-	taskset -c 1 "$d/origin" "127.0.0.1:$o" &
+	taskset -c "$ocpu" "$d/origin" "127.0.0.1:$o" &
 	pids+=($!)
 	cat >"$d/$sport.yaml" <<Y
 listen: "127.0.0.1:$sport"
