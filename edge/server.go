@@ -29,6 +29,7 @@ import (
 	"github.com/h3edge/h3edge/edge/bans"
 	"github.com/h3edge/h3edge/edge/config"
 	"github.com/h3edge/h3edge/edge/enforce"
+	"github.com/h3edge/h3edge/edge/h1serve"
 	"github.com/h3edge/h3edge/edge/h2guard"
 	"github.com/h3edge/h3edge/edge/h3serve"
 	"github.com/h3edge/h3edge/edge/identity"
@@ -152,6 +153,7 @@ type Server struct {
 	quicLn   *quic.EarlyListener
 	h3s      *h3serve.Server // serves HTTP/3's connections (package h3serve)
 	h12      *http.Server
+	h1       *h1serve.Server // HTTP/1.1 of h12's TLS connections
 	shutdown bool
 
 	// acme obtains and renews tls.acme's certificates (nil without it), plain serves
@@ -443,7 +445,10 @@ func (s *Server) Serve() error {
 	}
 	h3s := h3serve.New(h3, h3serve.Config{HeaderTimeout: s.headerTimeout(), Admit: s.admitH3Stream,
 		Grow: growStack, Linger: shutdownLinger, Log: s.log})
-	s.h3s, s.h12 = h3s, h12
+	// HTTP/1.1 is h1serve's (issue 16: a fifth of a proxied request's CPU was net/http's
+	// HTTP/1.1 loop); h2 connections go on to h12.
+	h1 := h1serve.New(h12)
+	s.h3s, s.h12, s.h1 = h3s, h12, h1
 	s.mu.Unlock()
 
 	go s.top.Age(s.done)
@@ -461,7 +466,7 @@ func (s *Server) Serve() error {
 	go func() { errc <- h3s.Serve(s.guard.Listener(ln)) }()
 	go func() {
 		ln := tls.NewListener(h2guard.UnsentLimited(s.tcp.Listener(tcpLn)), h12.TLSConfig)
-		errc <- h12.Serve(h2guard.NewListener(ln, h2guard.Config{
+		errc <- h12.Serve(h1.Split(h2guard.NewListener(ln, h2guard.Config{
 			HeaderTimeout: s.headerTimeout(),
 			WriteTimeout:  func() time.Duration { return s.config().Limits.WriteTimeout },
 			// A handler not yet started is one of the streams a client may have open.
@@ -471,7 +476,7 @@ func (s *Server) Serve() error {
 			MaxHeaderBytes: maxHeaderBytes,
 			Report:         s.chargeAbuse,
 			Slow:           s.chargeSlow(writeTimeoutCharge),
-		}))
+		})))
 	}()
 	err = <-errc
 	if !errors.Is(err, http.ErrServerClosed) {
@@ -491,16 +496,17 @@ func (s *Server) Serve() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12, quicLn, adm := s.h3s, s.h12, s.quicLn, s.admin
+	h3, h12, h1, quicLn, adm := s.h3s, s.h12, s.h1, s.quicLn, s.admin
 	s.mu.Unlock()
 	if h3 == nil {
 		return errors.Join(adm.Shutdown(ctx), s.closeSockets())
 	}
 	var wg sync.WaitGroup
-	var err3, err12 error
+	var err3, err12, err1 error
 	h12done := make(chan struct{})
 	wg.Go(func() { err3 = h3.Shutdown(ctx) })
 	wg.Go(func() { err12 = h12.Shutdown(ctx); close(h12done) })
+	wg.Go(func() { err1 = h1.Shutdown(ctx) })
 	// HTTP/3 closes each connection itself once its requests are done (h3serve.Server.Shutdown).
 	// net/http's HTTP/2 now and then keeps waiting on an idle connection until the
 	// timeout (2 of 80 shutdowns under load here): once no request has been in flight
@@ -534,10 +540,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err12 != nil {
 		h12.Close()
 	}
+	if err1 != nil {
+		h1.Close()
+	}
 	// The admin listener goes last, so metrics stay scrapeable while draining.
 	errAdmin := adm.Shutdown(ctx)
 	s.closeSockets()
-	return errors.Join(err3, err12, errAdmin)
+	return errors.Join(err3, err12, err1, errAdmin)
 }
 
 // shutdownLinger is how long Shutdown lets the last responses leave, once no request
@@ -548,12 +557,12 @@ const shutdownLinger = 250 * time.Millisecond
 func (s *Server) Close() error {
 	s.stop()
 	s.mu.Lock()
-	h3, h12, adm := s.h3s, s.h12, s.admin
+	h3, h12, h1, adm := s.h3s, s.h12, s.h1, s.admin
 	s.mu.Unlock()
 	var errs []error
 	if h3 != nil {
 		h3.Close()
-		errs = append(errs, h12.Close())
+		errs = append(errs, h12.Close(), h1.Close())
 	}
 	errs = append(errs, adm.Close(), s.closeSockets())
 	return errors.Join(errs...)

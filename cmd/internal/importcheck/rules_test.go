@@ -51,7 +51,7 @@ var rules = []rule{
 		// Its rooms below, one per step of DESIGN §1 (README's Layout names them).
 		"edge/config", "edge/admission", "edge/bans", "edge/answer", "edge/identity", "edge/rules", "edge/enforce",
 		"edge/admin", "edge/metrics", "edge/accesslog", "edge/route", "edge/upstream", "edge/demo", "edge/plainhttp", "edge/xconnect", "edge/tunnel",
-		"edge/h2guard", "edge/slowbody", "edge/slowwrite", "edge/h3serve", "edge/overload", "edge/logsample",
+		"edge/h2guard", "edge/slowbody", "edge/slowwrite", "edge/h3serve", "edge/h1serve", "edge/overload", "edge/logsample",
 	}, external: []string{
 		// "All of the above": what the packages above import, go-redis excepted (only
 		// limiter/redisstore imports it), and what the edge alone uses.
@@ -110,6 +110,9 @@ var rules = []rule{
 	// deadline and the stream budget (a hook) before HEADERS are parsed: quic-go only.
 	{pkg: "edge/h3serve", external: []string{"github.com/quic-go/quic-go", "github.com/quic-go/quic-go/http3"},
 		tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned, WaitFor: tests over real QUIC
+	// HTTP/1.1 of the TLS port, in place of net/http's loop (issue 16), with net/http's
+	// own checks of field names, values and Host (x/net's httpguts, which net/http vendors).
+	{pkg: "edge/h1serve", external: []string{"golang.org/x/net/http/httpguts"}},
 	// http_listen's redirects and ACME HTTP-01 answers (through a hook): std only.
 	{pkg: "edge/plainhttp"},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
