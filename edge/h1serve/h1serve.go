@@ -365,8 +365,8 @@ type conn struct {
 	cr     connReader
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	// state and since are the connection's http.ConnState and when it began, for
-	// Shutdown (packed: state in the low byte, Unix seconds above).
+	// state is the connection's http.ConnState, for Shutdown, and for StateNew since
+	// when, in Unix seconds (packed: the state in the low byte, the seconds above).
 	state atomic.Int64
 	// hijacked is set by Hijack: the connection is no longer the server's.
 	hijacked bool
@@ -377,7 +377,7 @@ type conn struct {
 }
 
 func (c *conn) setState(st http.ConnState) {
-	c.state.Store(time.Now().Unix()<<8 | int64(st))
+	c.state.Store(int64(st)) // since matters only for StateNew (closeIdle), set in serve
 	c.s.setState(c.rwc, st)
 }
 

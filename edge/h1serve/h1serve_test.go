@@ -632,3 +632,84 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// streamConn is a client connection that sends one request n times and throws the
+// responses away: the server's own work, without the kernel's.
+type streamConn struct {
+	fuzzConn
+	req  []byte
+	n    int
+	off  int
+	done chan struct{}
+}
+
+func (c *streamConn) Read(p []byte) (int, error) {
+	if c.n == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p, c.req[c.off:])
+	if c.off += k; c.off == len(c.req) {
+		c.off = 0
+		c.n--
+	}
+	return k, nil
+}
+
+func (c *streamConn) Write(p []byte) (int, error) { return len(p), nil }
+
+func (c *streamConn) Close() error {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	return nil
+}
+
+// oneConn is a listener that yields c, then blocks until c is closed.
+type oneConn struct {
+	c    *streamConn
+	sent bool
+}
+
+func (l *oneConn) Accept() (net.Conn, error) {
+	if !l.sent {
+		l.sent = true
+		return l.c, nil
+	}
+	<-l.c.done
+	return nil, net.ErrClosed
+}
+func (l *oneConn) Close() error   { return nil }
+func (l *oneConn) Addr() net.Addr { return l.c.LocalAddr() }
+
+// BenchmarkServe: one keep-alive GET after another on one connection, answered
+// "ok" with its length and type set, by h1serve and by net/http's HTTP/1.1 server
+// (the connection is not TLS here, so net/http serves it itself). Run:
+//
+//	go test -run - -bench Serve -benchmem ./edge/h1serve/
+func BenchmarkServe(b *testing.B) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "text/plain")
+		h.Set("Content-Length", "2")
+		w.Write([]byte("ok"))
+	})
+	req := []byte("GET /api/x?id=1 HTTP/1.1\r\nHost: app.example\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	for _, name := range []string{"h1serve", "nethttp"} {
+		b.Run(name, func(b *testing.B) {
+			c := &streamConn{req: req, n: b.N, done: make(chan struct{})}
+			srv := &http.Server{Handler: ok, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if name == "h1serve" {
+				New(srv).serve(c, &tls.ConnectionState{})
+			} else {
+				go srv.Serve(&oneConn{c: c})
+				<-c.done
+			}
+			b.StopTimer()
+			srv.Close()
+		})
+	}
+}

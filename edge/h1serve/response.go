@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +141,7 @@ func (w *response) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		w.mu.Lock()
 		writeStatusLine(w.c.bw, w.req.ProtoAtLeast(1, 1), code)
-		w.header.WriteSubset(w.c.bw, excludedNoBody)
+		writeFields(w.c.bw, w.header, excludedNoBody)
 		w.c.bw.WriteString("\r\n")
 		w.c.bw.Flush()
 		w.mu.Unlock()
@@ -187,8 +189,7 @@ func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
 	} else {
 		bw.WriteString("HTTP/1.0 ")
 	}
-	var b [3]byte
-	bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(code), 10))
 	bw.WriteByte(' ')
 	if text := http.StatusText(code); text != "" {
 		bw.WriteString(text)
@@ -240,8 +241,7 @@ func (w *response) writeBody(p []byte) (int, error) {
 	}
 	bw := w.c.bw
 	if w.chunked {
-		var b [16]byte
-		bw.Write(strconv.AppendUint(b[:0], uint64(len(p)), 16))
+		bw.Write(strconv.AppendUint(bw.AvailableBuffer(), uint64(len(p)), 16))
 		bw.WriteString("\r\n")
 		n, err := bw.Write(p)
 		bw.WriteString("\r\n")
@@ -379,7 +379,7 @@ func (w *response) sendHeader(next []byte) {
 
 	bw := w.c.bw
 	writeStatusLine(bw, w.req.ProtoAtLeast(1, 1), code)
-	h.WriteSubset(bw, exclude)
+	writeFields(bw, h, exclude)
 	for _, f := range [...]struct{ k, v string }{
 		{"Content-Type: ", ctype}, {"Connection: ", connection}, {"Transfer-Encoding: ", te},
 		{"Date: ", date}, {"Content-Length: ", clen},
@@ -411,6 +411,45 @@ func (w *response) discard() bool {
 	}
 	return b.discard()
 }
+
+// writeFields writes h's fields but those in exclude, sorted by name, as net/http's
+// Header.WriteSubset does — a name that is not valid is dropped, CR and LF in a value
+// become spaces, a value is trimmed — without its pool and sort.Interface (2 % of a
+// proxied request's CPU).
+func writeFields(bw *bufio.Writer, h http.Header, exclude map[string]bool) {
+	var arr [16]string
+	keys := arr[:0]
+	for k := range h {
+		if !exclude[k] {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > len(arr) {
+		slices.Sort(keys)
+	} else {
+		for i := 1; i < len(keys); i++ { // a response has a handful of fields
+			for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+				keys[j], keys[j-1] = keys[j-1], keys[j]
+			}
+		}
+	}
+	for _, k := range keys {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range h[k] {
+			if strings.ContainsAny(v, "\r\n") {
+				v = newlineToSpace.Replace(v)
+			}
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(textproto.TrimString(v))
+			bw.WriteString("\r\n")
+		}
+	}
+}
+
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 
 func headerGet(h http.Header, k string) string {
 	if v := h[k]; len(v) > 0 {
