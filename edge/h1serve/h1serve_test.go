@@ -713,3 +713,40 @@ func BenchmarkServe(b *testing.B) {
 		})
 	}
 }
+
+// TestPipelinedByteKept: the background read of a slow handler takes the first byte of
+// the request the client sent behind it, before the response; that request is still
+// served whole.
+func TestPipelinedByteKept(t *testing.T) {
+	began, read := make(chan struct{}, 1), make(chan int, 1)
+	testHookBackgroundRead = func(n int) {
+		if n == 0 {
+			began <- struct{}{}
+		}
+		select {
+		case read <- n:
+		default:
+		}
+	}
+	t.Cleanup(func() { testHookBackgroundRead = nil })
+	release := make(chan struct{})
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-release
+		}
+		io.WriteString(w, r.URL.Path)
+	}), true, nil)
+	c := s.dial(t)
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-began
+	<-read // the hook's call at the start
+	io.WriteString(c, "GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+	if n := <-read; n != 1 {
+		t.Fatalf("the background read got %d bytes, want the next request's first", n)
+	}
+	close(release)
+	got := exchange(t, c, nil, []string{"GET", "GET"})
+	if len(got) != 2 || !strings.Contains(got[0], `body="/slow"`) || !strings.Contains(got[1], `body="/next"`) {
+		t.Fatalf("responses %q, want /slow then /next", got)
+	}
+}

@@ -137,10 +137,20 @@ func (cr *connReader) startLocked() {
 	}
 	cr.inRead, cr.bg = true, true
 	go cr.backgroundRead()
+	if testHookBackgroundRead != nil {
+		testHookBackgroundRead(0)
+	}
 }
+
+// testHookBackgroundRead, when set by a test, is called when a background read begins
+// (with 0) and when it has read (with the bytes it read, 1 or 0).
+var testHookBackgroundRead func(n int)
 
 func (cr *connReader) backgroundRead() {
 	n, err := cr.c.rwc.Read(cr.byteBuf[:])
+	if testHookBackgroundRead != nil {
+		testHookBackgroundRead(n)
+	}
 	cr.mu.Lock()
 	if n == 1 {
 		cr.hasByte = true // the start of the next request (pipelined), kept for it
