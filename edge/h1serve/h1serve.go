@@ -12,6 +12,12 @@
 // background read, so a client that hangs up still cancels its request's context;
 // one answered sooner never pays for it, and a request waits with two deadline changes.
 //
+// Where it differs from net/http: an empty Host field is refused and an absolute
+// target without one is served (http.ReadRequest drops the field before the server sees
+// it), http.MaxBytesReader cannot mark the connection for closing (its hook is
+// net/http's own; the unread-body rule still bounds what is read), and the body left
+// unread after a handler is read under the header timeout, not without a deadline.
+//
 // Of the http.Server it serves for, it uses Handler, ReadHeaderTimeout, ReadTimeout,
 // WriteTimeout, IdleTimeout, MaxHeaderBytes, ConnState, ConnContext,
 // DisableGeneralOptionsHandler and ErrorLog, as net/http does (not BaseContext); a request's context
@@ -395,7 +401,7 @@ func (s *Server) serve(rwc tlsConn, st *tls.ConnectionState) {
 	c.cr.cond.L = &c.cr.mu
 	c.state.Store(time.Now().Unix()<<8 | int64(http.StateNew))
 	s.track(c, true)
-	var w *response
+	var w, last *response // the response of the handler running; the last one begun
 	defer func() {
 		if err := recover(); err != nil && err != http.ErrAbortHandler {
 			const size = 64 << 10
@@ -413,6 +419,12 @@ func (s *Server) serve(rwc tlsConn, st *tls.ConnectionState) {
 		if !c.hijacked {
 			c.bw.Flush() // what was written before a panic, as net/http's final flush
 			rwc.Close()
+			if last != nil && last.body != nil {
+				// A goroutine of the handler's (a proxy's request writer) may still be
+				// reading the body from the connection's reader, which goes back to
+				// the pool below.
+				last.body.shut()
+			}
 			c.setState(http.StateClosed)
 			c.br.Reset(nil)
 			bufReaders.Put(c.br)
@@ -470,6 +482,7 @@ func (s *Server) serve(rwc tlsConn, st *tls.ConnectionState) {
 			return
 		}
 		w = newResponse(c, req, ctx)
+		last = w
 		req = w.req // with its context and body
 		if !w.admit() {
 			w.finish()
@@ -529,8 +542,10 @@ func (c *conn) readRequest() (*http.Request, error) {
 		return nil, statusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
 	}
 	// http.ReadRequest has taken Host out of the header (into req.Host, unless the
-	// target is absolute): a request without one is told so, as by net/http, which
-	// also refuses an absolute target without the field and lets an empty one by.
+	// target is absolute, whose host is then req.Host and the field is ignored, RFC
+	// 9112 §3.2.2), so whether the field was there is not known. Two differences from
+	// net/http follow: an empty Host field is refused here (net/http lets it by), and
+	// an absolute target without the field is served (net/http refuses it).
 	if req.Host == "" && req.ProtoAtLeast(1, 1) && req.Method != "CONNECT" {
 		return nil, statusError{http.StatusBadRequest, "missing required Host header"}
 	}

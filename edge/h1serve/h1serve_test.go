@@ -141,6 +141,9 @@ func shapes(w http.ResponseWriter, r *http.Request) {
 		if code < 100 || code > 999 {
 			code = 200 // WriteHeader panics on others, net/http's as well
 		}
+		if ct := q.Get("ct"); ct != "" {
+			h.Set("Content-Type", ct)
+		}
 		if code == 103 {
 			h.Set("Link", "</a.css>; rel=preload")
 			w.WriteHeader(103)
@@ -265,6 +268,9 @@ func TestSameAsNetHTTP(t *testing.T) {
 		{"trailers", get("/trailer"), []string{"GET"}},
 		{"204", get("/status?code=204"), []string{"GET"}},
 		{"304", get("/status?code=304"), []string{"GET"}},
+		{"204 with a type", get("/status?code=204&ct=text/x") + get("/small"), []string{"GET", "GET"}},
+		{"304 with a type", get("/status?code=304&ct=text/x") + get("/small"), []string{"GET", "GET"}},
+		{"written before the body is read, 100-continue awaited", "POST /unread HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", []string{"POST"}},
 		{"103 then 200", get("/status?code=103"), []string{"GET"}},
 		{"500", get("/status?code=500"), []string{"GET"}},
 		{"unknown status", get("/status?code=599"), []string{"GET"}},
@@ -406,7 +412,11 @@ func TestContinue(t *testing.T) {
 		t.Fatalf("echo %q close %v", b, res.Close)
 	}
 
+	// The handler writes without reading: the client, waiting for 100 Continue, never
+	// sends the body, so the response must come at once, not after the server waited
+	// for the body (the header timeout, 5 s).
 	c = s.dial(t)
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	br = bufio.NewReader(c)
 	io.WriteString(c, "POST /unread HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
 	res, err = http.ReadResponse(br, nil)
@@ -748,5 +758,62 @@ func TestPipelinedByteKept(t *testing.T) {
 	got := exchange(t, c, nil, []string{"GET", "GET"})
 	if len(got) != 2 || !strings.Contains(got[0], `body="/slow"`) || !strings.Contains(got[1], `body="/next"`) {
 		t.Fatalf("responses %q, want /slow then /next", got)
+	}
+}
+
+// TestDiscardDeadlineLifted: a body the handler did not read, dropped when its
+// response's header goes out, leaves no read deadline behind for the background read
+// to meet: a handler that runs past the header timeout keeps its context.
+func TestDiscardDeadlineLifted(t *testing.T) {
+	got := make(chan error, 1)
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(strings.Repeat("x", 3000))) // past the buffer: the header goes, the body is dropped
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			got <- r.Context().Err()
+		case <-time.After(1500 * time.Millisecond): // 5 header timeouts
+			got <- nil
+		}
+	}), true, func(s *http.Server) { s.ReadHeaderTimeout = 300 * time.Millisecond })
+	c := s.dial(t)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789")
+	go io.Copy(io.Discard, c)
+	if err := <-got; err != nil {
+		t.Fatalf("a connected client's request was cancelled: %v", err)
+	}
+}
+
+// TestBodyReadAfterReturn: a goroutine of the handler's that goes on reading the body
+// after the handler returned (a proxy's request writer) gets an error, not bytes
+// from the connection's reader, which is pooled once the connection closes (the race
+// detector sees it otherwise).
+func TestBodyReadAfterReturn(t *testing.T) {
+	first, done := make(chan struct{}), make(chan error, 1)
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		go func() {
+			b := make([]byte, 10)
+			if _, err := io.ReadFull(r.Body, b); err != nil {
+				done <- err
+				return
+			}
+			close(first)
+			for {
+				if _, err := r.Body.Read(b); err != nil {
+					done <- nil
+					return
+				}
+			}
+		}()
+		<-first
+	}), true, nil)
+	c := s.dial(t)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 100000\r\n\r\n0123456789")
+	if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte(strings.Repeat("y", 2000))) // may fail: the server closes
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -246,7 +246,16 @@ func (b *body) discard() bool {
 	_, err := io.CopyN(io.Discard, b.src, maxPostHandlerReadBytes+1)
 	if err == io.EOF {
 		b.eof.Store(true)
+		b.w.c.cr.bodyDone() // a handler still running may get its background read now
 		return true
 	}
 	return false
+}
+
+// shut waits for a Read in progress (the connection is closed by then, so it ends)
+// and makes later ones fail: the server is about to reuse the connection's reader.
+func (b *body) shut() {
+	b.mu.Lock()
+	b.closed.Store(true)
+	b.mu.Unlock()
 }

@@ -207,7 +207,10 @@ func (w *response) Write(p []byte) (int, error) {
 	if w.c.hijacked {
 		return 0, http.ErrHijacked
 	}
-	w.noContinue(false)
+	// As net/http: a write before the body's first Read means the client waits for a
+	// 100 Continue it will not get; it does not send the body, and the connection
+	// closes after the response.
+	w.noContinue(true)
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -333,7 +336,9 @@ func (w *response) sendHeader(next []byte) {
 			ctype = http.DetectContentType(first)
 		}
 	} else {
-		del("Content-Type")
+		if code == http.StatusNotModified {
+			del("Content-Type") // net/http's suppressedHeaders: a 304 keeps no type, a 204 or 1xx does
+		}
 		del("Content-Length")
 		del("Transfer-Encoding")
 	}
@@ -406,10 +411,18 @@ func (w *response) discard() bool {
 	if b.eof.Load() || b.closed.Load() {
 		return b.discard()
 	}
-	if d := w.c.s.headerTimeout(); d > 0 && !w.deadlines {
-		w.c.rwc.SetReadDeadline(time.Now().Add(d))
+	d := w.c.s.headerTimeout()
+	if d <= 0 || w.deadlines {
+		return b.discard()
 	}
-	return b.discard()
+	w.c.rwc.SetReadDeadline(time.Now().Add(d))
+	ok := b.discard()
+	if !w.handlerDone {
+		// A handler still running may run long: its background read must not meet
+		// this deadline.
+		w.c.rwc.SetReadDeadline(time.Time{})
+	}
+	return ok
 }
 
 // writeFields writes h's fields but those in exclude, sorted by name, as net/http's
@@ -582,15 +595,19 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c.cr.mu.Lock()
 	c.cr.running = false
 	c.cr.abortLocked()
-	c.hijacked = true
 	hasByte := c.cr.hasByte
 	c.cr.mu.Unlock()
 	c.rwc.SetDeadline(time.Time{})
 	if hasByte {
+		// The byte the background read took goes into the reader handed out. A full
+		// reader cannot take it: the connection stays the server's, which closes it.
 		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
 			return nil, nil, err
 		}
 	}
+	c.cr.mu.Lock()
+	c.hijacked = true
+	c.cr.mu.Unlock()
 	c.bw.Reset(c.rwc)
 	c.setState(http.StateHijacked)
 	return c.rwc, bufio.NewReadWriter(c.br, c.bw), nil
