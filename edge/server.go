@@ -445,8 +445,8 @@ func (s *Server) Serve() error {
 	}
 	h3s := h3serve.New(h3, h3serve.Config{HeaderTimeout: s.headerTimeout(), Admit: s.admitH3Stream,
 		Grow: growStack, Linger: shutdownLinger, Log: s.log})
-	// HTTP/1.1 is h1serve's (issue 16: a fifth of a proxied request's CPU was net/http's
-	// HTTP/1.1 loop); h2 connections go on to h12.
+	// HTTP/1.1 is h1serve's (issue 16: a proxied request costs 12-14 % less CPU than on
+	// net/http's HTTP/1.1 loop); h2 connections go on to h12.
 	h1 := h1serve.New(h12)
 	s.h3s, s.h12, s.h1 = h3s, h12, h1
 	s.mu.Unlock()

@@ -2,29 +2,25 @@ package h1serve_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/h3edge/h3edge/certs"
 	"github.com/h3edge/h3edge/edge/h1serve"
 )
 
 // An http.Server serves HTTP/2 itself and HTTP/1.1 through h1serve: Serve is given the
 // listener of Split, and Shutdown goes to both.
 func ExampleServer_Split() {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotAfter: time.Now().Add(time.Hour)}
-	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	tc := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-		NextProtos: []string{"h2", "http/1.1"}}
+	cert, err := certs.SelfSigned("localhost")
+	if err != nil {
+		panic(err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }),

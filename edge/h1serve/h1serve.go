@@ -150,9 +150,7 @@ func (l *split) Close() error {
 func (l *split) dispatch(c tlsConn) {
 	s := l.s
 	if !s.handshaking(c, true) {
-		c.Close() // Close has begun
-		s.setState(c, http.StateNew)
-		s.setState(c, http.StateClosed)
+		s.drop(c) // Close has begun
 		return
 	}
 	defer s.handshaking(c, false)
@@ -169,9 +167,7 @@ func (l *split) dispatch(c tlsConn) {
 			reason = "client sent an HTTP request to an HTTPS server"
 		}
 		s.logf("http: TLS handshake error from %s: %v", c.RemoteAddr(), reason)
-		c.Close()
-		s.setState(c, http.StateNew) // as net/http: every connection is New, then Closed
-		s.setState(c, http.StateClosed)
+		s.drop(c)
 		return
 	}
 	c.SetDeadline(time.Time{})
@@ -179,14 +175,20 @@ func (l *split) dispatch(c tlsConn) {
 	if st.NegotiatedProtocol == "h2" {
 		// net/http calls ConnState with StateNew, then its HTTP/2 states.
 		if !l.hand(accepted{c, nil}) {
-			c.Close()
-			s.setState(c, http.StateNew)
-			s.setState(c, http.StateClosed)
+			s.drop(c)
 		}
 		return
 	}
 	s.setState(c, http.StateNew)
 	s.serve(c, &st)
+}
+
+// drop closes a connection never served; as net/http's, ConnState hears it New, then
+// Closed.
+func (s *Server) drop(c net.Conn) {
+	c.Close()
+	s.setState(c, http.StateNew)
+	s.setState(c, http.StateClosed)
 }
 
 // looksLikeHTTP is net/http's tlsRecordHeaderLooksLikeHTTP.
@@ -338,30 +340,11 @@ const maxPostHandlerReadBytes = 256 << 10
 // background, to notice a client that closed it (see the package comment).
 const bgReadDelay = 50 * time.Millisecond
 
+// The connections' 4 KiB buffers, as net/http's.
 var (
-	bufReaders sync.Pool
-	bufWriters sync.Pool
+	bufReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	bufWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 )
-
-const bufSize = 4 << 10
-
-func newReader(r io.Reader) *bufio.Reader {
-	if v := bufReaders.Get(); v != nil {
-		br := v.(*bufio.Reader)
-		br.Reset(r)
-		return br
-	}
-	return bufio.NewReaderSize(r, bufSize)
-}
-
-func newWriter(w io.Writer) *bufio.Writer {
-	if v := bufWriters.Get(); v != nil {
-		bw := v.(*bufio.Writer)
-		bw.Reset(w)
-		return bw
-	}
-	return bufio.NewWriterSize(w, bufSize)
-}
 
 // conn is one HTTP/1.1 connection being served.
 type conn struct {
@@ -414,9 +397,6 @@ func (s *Server) serve(rwc tlsConn, st *tls.ConnectionState) {
 			w.cancel()
 			c.handlerDone()
 		}
-		if c.bgTimer != nil {
-			c.bgTimer.Stop()
-		}
 		if !c.hijacked {
 			c.bw.Flush() // what was written before a panic, as net/http's final flush
 			rwc.Close()
@@ -442,8 +422,10 @@ func (s *Server) serve(rwc tlsConn, st *tls.ConnectionState) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.br = newReader(&c.cr)
-	c.bw = newWriter(rwc)
+	c.br = bufReaders.Get().(*bufio.Reader)
+	c.br.Reset(&c.cr)
+	c.bw = bufWriters.Get().(*bufio.Writer)
+	c.bw.Reset(rwc)
 
 	hdrTimeout := s.headerTimeout()
 	if hdrTimeout > 0 {
@@ -530,7 +512,6 @@ func (c *conn) handlerDone() {
 // header size limit, then the checks of net/http's loop.
 func (c *conn) readRequest() (*http.Request, error) {
 	c.cr.setLimit(c.s.maxHeaderBytes() + 4096) // net/http's initialReadLimitSize
-	c.cr.read = 0
 	req, err := http.ReadRequest(c.br)
 	if err != nil {
 		if c.cr.hitLimit() {
@@ -553,14 +534,12 @@ func (c *conn) readRequest() (*http.Request, error) {
 	if !httpguts.ValidHostHeader(req.Host) {
 		return nil, statusError{http.StatusBadRequest, "malformed Host header"}
 	}
-	for k, vv := range req.Header {
+	// textproto, under http.ReadRequest, refuses what httpguts.ValidHeaderFieldValue
+	// does, and names with any byte outside a token but a space: the one check of
+	// net/http's loop left to make is the names'.
+	for k := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
 			return nil, statusError{http.StatusBadRequest, "invalid header name"}
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return nil, statusError{http.StatusBadRequest, "invalid header value"}
-			}
 		}
 	}
 	req.RemoteAddr = c.remote
@@ -597,7 +576,6 @@ func (c *conn) answerUnread(err error) {
 	case err == errTooLarge:
 		const publicErr = "431 Request Header Fields Too Large"
 		c.bw.WriteString("HTTP/1.1 " + publicErr + errorHeaders + publicErr)
-		c.bw.Flush()
 		c.closeWriteAndWait()
 	case strings.HasPrefix(err.Error(), "unsupported transfer encoding"):
 		c.bw.WriteString("HTTP/1.1 501 Not Implemented" + errorHeaders + "Unsupported transfer encoding")

@@ -4,17 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -24,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/h3edge/h3edge/certs"
 )
 
 var (
@@ -31,20 +28,13 @@ var (
 	cert     tls.Certificate
 )
 
-// testCert is a self-signed ECDSA certificate for 127.0.0.1.
+// testCert is a self-signed certificate, made once.
 func testCert(t testing.TB) tls.Certificate {
 	certOnce.Do(func() {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+		var err error
+		if cert, err = certs.SelfSigned("localhost"); err != nil {
 			panic(err)
 		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour),
-			NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			panic(err)
-		}
-		cert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	})
 	return cert
 }

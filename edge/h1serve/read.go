@@ -3,6 +3,7 @@ package h1serve
 import (
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,7 @@ func (cr *connReader) bodyDone() {
 }
 
 func (cr *connReader) startLocked() {
-	if !cr.running || cr.inRead || cr.hasByte || cr.c.hijacked {
+	if !cr.running || cr.inRead || cr.hasByte { // Hijack clears running
 		return
 	}
 	if b := cr.w.body; b != nil && !b.eof.Load() {
@@ -199,7 +200,7 @@ func (b *body) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
-		return 0, errBodyReadAfterClose
+		return 0, http.ErrBodyReadAfterClose
 	}
 	if b.eof.Load() {
 		return 0, io.EOF

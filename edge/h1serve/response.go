@@ -16,8 +16,6 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-var errBodyReadAfterClose = http.ErrBodyReadAfterClose
-
 // bufferBeforeChunking is net/http's: a body of at most this much, written before the
 // handler returns without a flush, is sent with a Content-Length.
 const bufferBeforeChunking = 2048
@@ -276,10 +274,7 @@ func (w *response) sendHeader(next []byte) {
 	trailers := false
 	for k := range h {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
-			if exclude == nil {
-				exclude = make(map[string]bool)
-			}
-			exclude[k] = true
+			del(k)
 			trailers = true
 		}
 	}
@@ -353,9 +348,7 @@ func (w *response) sendHeader(next []byte) {
 		clen = ""
 	}
 	switch {
-	case isHEAD || !bodyAllowed(code):
-		del("Transfer-Encoding")
-	case hasCL:
+	case isHEAD || !bodyAllowed(code) || hasCL:
 		del("Transfer-Encoding")
 	case w.req.ProtoAtLeast(1, 1):
 		if hasTE && hte == "identity" {
@@ -373,7 +366,7 @@ func (w *response) sendHeader(next []byte) {
 		del("Transfer-Encoding")
 	}
 	if w.chunked {
-		del("Content-Length")
+		del("Content-Length") // one set to "", which is no length
 	}
 	if w.closeAfter && (!keepAlives || !hasToken(h["Connection"], "close")) && !isProtocolSwitch(code, h) {
 		del("Connection")
@@ -408,11 +401,8 @@ func (w *response) sendHeader(next []byte) {
 // it without one, which lets a client hold the connection with a trickle.
 func (w *response) discard() bool {
 	b := w.body
-	if b.eof.Load() || b.closed.Load() {
-		return b.discard()
-	}
 	d := w.c.s.headerTimeout()
-	if d <= 0 || w.deadlines {
+	if b.eof.Load() || b.closed.Load() || d <= 0 || w.deadlines {
 		return b.discard()
 	}
 	w.c.rwc.SetReadDeadline(time.Now().Add(d))
@@ -430,22 +420,14 @@ func (w *response) discard() bool {
 // become spaces, a value is trimmed — without its pool and sort.Interface (2 % of a
 // proxied request's CPU).
 func writeFields(bw *bufio.Writer, h http.Header, exclude map[string]bool) {
-	var arr [16]string
+	var arr [16]string // a response has a handful of fields: on the stack
 	keys := arr[:0]
 	for k := range h {
 		if !exclude[k] {
 			keys = append(keys, k)
 		}
 	}
-	if len(keys) > len(arr) {
-		slices.Sort(keys)
-	} else {
-		for i := 1; i < len(keys); i++ { // a response has a handful of fields
-			for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
-				keys[j], keys[j-1] = keys[j-1], keys[j]
-			}
-		}
-	}
+	slices.Sort(keys)
 	for _, k := range keys {
 		if !httpguts.ValidHeaderFieldName(k) {
 			continue
@@ -480,9 +462,8 @@ func isProtocolSwitch(code int, h http.Header) bool {
 func (w *response) finish() bool {
 	w.handlerDone = true
 	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(http.StatusOK) // a final status stops 100 Continue (noContinue)
 	}
-	w.noContinue(true)
 	if !w.sentHeader {
 		w.sendHeader(nil)
 	}

@@ -112,7 +112,8 @@ var rules = []rule{
 		tests: []string{"certs", "bench/testkit"}}, // certs.SelfSigned, WaitFor: tests over real QUIC
 	// HTTP/1.1 of the TLS port, in place of net/http's loop (issue 16), with net/http's
 	// own checks of field names, values and Host (x/net's httpguts, which net/http vendors).
-	{pkg: "edge/h1serve", external: []string{"golang.org/x/net/http/httpguts"}},
+	{pkg: "edge/h1serve", external: []string{"golang.org/x/net/http/httpguts"},
+		tests: []string{"certs"}}, // certs.SelfSigned: tests over real TLS
 	// http_listen's redirects and ACME HTTP-01 answers (through a hook): std only.
 	{pkg: "edge/plainhttp"},
 	// The demo origin, a leaf of edge's room (std only) with a row of its own so that
