@@ -254,8 +254,8 @@ func TestH1ClientLargeHead(t *testing.T) {
 }
 
 // TestH1ClientGoneBeforeHeader: a client that goes away while the origin has not
-// answered yet ends the wait for the header at once (the context's watch fails the
-// read), and the connection to the origin is closed.
+// answered yet ends the wait for the header (the context's watch, armed watchDelay
+// after the start, fails the read), and the connection to the origin is closed.
 func TestH1ClientGoneBeforeHeader(t *testing.T) {
 	arrived, originDone := make(chan struct{}), make(chan struct{})
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -3,9 +3,11 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // cannedOrigin is an HTTP/1.1 origin on loopback that answers every request with the
@@ -69,7 +71,8 @@ func (w *discardWriter) Flush()                      {}
 //	go test -run - -bench ProxyLeg -benchmem ./edge/upstream/
 //
 // allocs/op is the allocations per proxied request of the edge's side (the origin
-// allocates none); ns/op includes the origin's work and the loopback round trip.
+// allocates none; the request's context and copy, 3 of them, are the server's);
+// ns/op includes the origin's work and the loopback round trip.
 func BenchmarkProxyLeg(b *testing.B) {
 	for _, leg := range []struct {
 		name      string
@@ -96,7 +99,11 @@ func BenchmarkProxyLeg(b *testing.B) {
 				w := &discardWriter{h: http.Header{}}
 				for pb.Next() {
 					clear(w.h)
-					h.ServeHTTP(w, req)
+					// Every server gives each request a context of its own that it
+					// cancels at the end; the watch of it is part of the leg's cost.
+					ctx, cancel := context.WithCancel(context.Background())
+					h.ServeHTTP(w, req.WithContext(ctx))
+					cancel()
 					if w.status != http.StatusOK {
 						b.Fatalf("status %d", w.status)
 					}
@@ -104,4 +111,32 @@ func BenchmarkProxyLeg(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkContextWatch compares the two ways h1Conn could watch a request's context:
+// context.AfterFunc at the start of every exchange, or the connection's timer, whose
+// Reset and Stop are all an exchange that ends within watchDelay costs (h1Conn.watch).
+// The request's own context (WithCancel, 2 allocations) is in both.
+//
+//	go test -run - -bench ContextWatch -benchmem ./edge/upstream/
+func BenchmarkContextWatch(b *testing.B) {
+	abort := func() {}
+	b.Run("afterfunc", func(b *testing.B) {
+		for b.Loop() {
+			ctx, cancel := context.WithCancel(context.Background())
+			stop := context.AfterFunc(ctx, abort)
+			stop()
+			cancel()
+		}
+	})
+	b.Run("timer", func(b *testing.B) {
+		t := time.AfterFunc(time.Hour, abort)
+		for b.Loop() {
+			ctx, cancel := context.WithCancel(context.Background())
+			_ = ctx
+			t.Reset(watchDelay)
+			t.Stop()
+			cancel()
+		}
+	})
 }
