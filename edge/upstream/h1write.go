@@ -175,8 +175,15 @@ func containsCTL(s string) bool {
 // cleanValue is net/http's treatment of a field value on the wire: CR and LF become
 // spaces, then surrounding whitespace goes.
 func cleanValue(v string) string {
-	if strings.ContainsAny(v, "\r\n") {
-		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	if strings.IndexByte(v, '\n') >= 0 || strings.IndexByte(v, '\r') >= 0 {
+		v = newlineToSpace.Replace(v)
+	}
+	if v == "" || !isTrimmed(v[0]) && !isTrimmed(v[len(v)-1]) {
+		return v // the common value: strings.Trim would build its byte set first
 	}
 	return strings.Trim(v, " \t\r\n")
 }
+
+var newlineToSpace = strings.NewReplacer("\r", " ", "\n", " ")
+
+func isTrimmed(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }

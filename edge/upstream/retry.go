@@ -28,7 +28,8 @@ const (
 // roundTrip tries targets until one answers or retrying is not allowed. info, if not
 // nil, is told of 1xx responses; first, if not nil, is the first try's request copy.
 func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*http.Response, error) {
-	p.budget.request(time.Now())
+	now := time.Now()
+	p.budget.request(now)
 	key := ""
 	if p.cfg.Balance == Hash {
 		key = clientKeyOf(req.Context())
@@ -40,7 +41,9 @@ func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*
 	idempotent := isIdempotent(req)
 	var tried uint64
 	for attempt := 0; ; attempt++ {
-		now := time.Now()
+		if attempt > 0 {
+			now = time.Now()
+		}
 		t := p.pick(key, tried, now.UnixNano())
 		if t == nil { // only on the first try: a retry is made only when there is a target
 			return nil, &NoHealthyError{RetryAfter: p.retryAfter(now)}
@@ -131,8 +134,8 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		resp, err = t.rt.RoundTrip(out)
 		timer.Stop()
 	}
-	elapsed := time.Since(start)
-	now := time.Now().UnixNano()
+	end := time.Now()
+	elapsed, now := end.Sub(start), end.UnixNano()
 	if err != nil {
 		if ab != nil {
 			ab.detach() // whatever the transport still reads belongs to no try
