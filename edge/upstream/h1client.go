@@ -492,14 +492,19 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 			return fail(err)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			keep := !resp.Close
 			if pc.readDeadline && !pc.bodyBuffered(resp) {
 				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
 				pc.readDeadline = false
 				if ctx.Err() != nil {
-					pc.nc.SetDeadline(aLongTimeAgo) // the watch fired before the line above
+					// The watch fired before the line above, or was not armed yet:
+					// the body's reads fail, and the connection, whose deadline is
+					// in the past, is not to be kept even if its body was buffered.
+					pc.nc.SetDeadline(aLongTimeAgo)
+					keep = false
 				}
 			}
-			b := &h1Body{pc: pc, ctx: ctx, rc: resp.Body, keep: !resp.Close}
+			b := &h1Body{pc: pc, ctx: ctx, rc: resp.Body, keep: keep}
 			if resp.Body == http.NoBody {
 				b.finish(true)
 				return resp, nil

@@ -286,3 +286,68 @@ func TestH1ClientGoneBeforeHeader(t *testing.T) {
 		t.Fatal("the cancelled request succeeded")
 	}
 }
+
+// TestH1ClientCancelledBeforeWatch: a request whose context ends before its watch is
+// armed (within watchDelay), answered chunked in one segment, must not leave its
+// connection idle with the deadline in the past: the next request, a POST that is
+// not resent, would fail on it.
+func TestH1ClientCancelledBeforeWatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	arrived, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		for first := true; ; first = false {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn, first bool) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if first && n == 0 {
+						close(arrived)
+						<-release
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+						continue
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			}(c, first)
+		}
+	}()
+	c := &h1Client{addr: ln.Addr().String(), fallback: &http.Transport{}}
+	t.Cleanup(c.CloseIdleConnections)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/", nil)
+	go func() {
+		<-arrived
+		cancel() // the origin answers only after this
+		close(release)
+	}()
+	resp, err := c.roundTripBy(req, time.Now().Add(10*time.Second), nil)
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	c.mu.Lock()
+	idle := len(c.idle)
+	c.mu.Unlock()
+	if idle != 0 {
+		t.Errorf("%d connections idle after a cancelled request, want 0", idle)
+	}
+	req2, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/", strings.NewReader("data"))
+	resp2, err := c.roundTripBy(req2, time.Now().Add(10*time.Second), nil)
+	if err != nil {
+		t.Fatalf("the next request: %v", err)
+	}
+	resp2.Body.Close()
+}

@@ -41,9 +41,6 @@ func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*
 	idempotent := isIdempotent(req)
 	var tried uint64
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			now = time.Now()
-		}
 		t := p.pick(key, tried, now.UnixNano())
 		if t == nil { // only on the first try: a retry is made only when there is a target
 			return nil, &NoHealthyError{RetryAfter: p.retryAfter(now)}
@@ -67,7 +64,11 @@ func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*
 		default:
 			retry = false
 		}
-		if retry && p.pick(key, tried, now.UnixNano()) != nil && p.budget.retry(time.Now()) {
+		if retry {
+			now = time.Now() // the try may have taken up to the timeout
+			retry = p.pick(key, tried, now.UnixNano()) != nil && p.budget.retry(now)
+		}
+		if retry {
 			p.stats.retries.Add(1)
 			if resp != nil {
 				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
