@@ -206,3 +206,58 @@ func abs(x int) int {
 	}
 	return x
 }
+
+// TestAccuracyTokenBucketEdges: the accuracy check of a token bucket allows what the
+// client cannot rule out — a first admission anywhere between its request's send and
+// its answer, and a refill just before an edge taken just after it — and no more.
+func TestAccuracyTokenBucketEdges(t *testing.T) {
+	base := time.Unix(1_000_000, 0)
+	ms := func(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
+	par := accuracyParams{quota: 20, window: time.Second, windows: 2}
+	pol := accuracyPolicy{"token_bucket", "token_bucket", 0}
+	// run builds n0 admissions in window 0 (the first sent at first[0] ms and answered
+	// at first[1]; one more sent at 978 ms and answered at 980 if late0) and n1 in
+	// window 1, each answered 2 ms after it was sent, away from any edge.
+	run := func(first [2]int, n0, n1 int, late0 bool) accuracyAlgo {
+		recs := []fleetRecord{{code: 200, sent: ms(first[0]), recv: ms(first[1])}}
+		for i := 1; i < n0; i++ {
+			at := 100 + i*20
+			if late0 && i == n0-1 {
+				at = 978
+			}
+			recs = append(recs, fleetRecord{code: 200, sent: ms(at), recv: ms(at + 2)})
+		}
+		for i := range n1 {
+			at := 1025 + i*45
+			recs = append(recs, fleetRecord{code: 200, sent: ms(at), recv: ms(at + 2)})
+		}
+		return accuracyStats(recs, 0, pol, base, par, 3)
+	}
+	for _, tc := range []struct {
+		name   string
+		first  [2]int
+		n0, n1 int
+		late0  bool
+		holds  bool
+	}{
+		// Sent at 20 ms, answered at 60: the bucket began between, so the first
+		// window holds 20 + 19 or 20 + 18 (a refill every 50 ms from t0, up to 1 s).
+		{"first window 39", [2]int{20, 60}, 39, 20, false, true},
+		{"first window 38", [2]int{20, 60}, 38, 20, false, true},
+		{"first window 37", [2]int{20, 60}, 37, 20, false, false},
+		{"first window 40", [2]int{20, 60}, 40, 20, false, false},
+		// A refill just before 1 s may be taken after it: 37 + 21 is 38 + 20.
+		{"refill taken after the edge", [2]int{20, 60}, 37, 21, false, true},
+		{"refill taken after the edge, first window 39", [2]int{20, 60}, 38, 21, false, true},
+		{"one too many", [2]int{20, 60}, 39, 21, false, false},
+		// Sent at 25 ms and answered at 27: the last refill before 1 s fell by 977 ms,
+		// and an admission decided between 978 and 980 ms took it.
+		{"narrow start", [2]int{25, 27}, 39, 20, true, true},
+		{"narrow start, carried", [2]int{25, 27}, 38, 21, true, false},
+	} {
+		a := run(tc.first, tc.n0, tc.n1, tc.late0)
+		if a.Holds != tc.holds {
+			t.Errorf("%s: holds %v, want %v (%s)", tc.name, a.Holds, tc.holds, a.Why)
+		}
+	}
+}
