@@ -175,6 +175,7 @@ func TestReloadToRedisHashWhileRedisDown(t *testing.T) {
 	keys := filepath.Join(dir, "keys.yaml")
 	os.WriteFile(keys, []byte("gold-key: gold\n"), 0o644)
 	base := fmt.Sprintf(`listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
 ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000}}
 redis: {url: %q, timeout: 500ms}
 policies:
