@@ -129,11 +129,12 @@ type accuracyAlgo struct {
 	// total may fall short by up to Late.
 	Straddling int `json:"straddling"`
 	Late       int `json:"late"`
-	// Carryable (token_bucket, gcra) counts the edges before which a refill may have
-	// fallen that was taken after the edge, which the client cannot rule out either.
-	Carryable int    `json:"carryable"`
-	Holds     bool   `json:"holds"`
-	Why       string `json:"why"`
+	// Carried (token_bucket, gcra): the admissions fit only with a start of the bucket
+	// between the first send and answer other than the shown one, or with a refill
+	// taken after the edge it fell before, neither of which the client can rule out.
+	Carried bool   `json:"carried"`
+	Holds   bool   `json:"holds"`
+	Why     string `json:"why"`
 }
 
 // accuracyPass is one store's run: a single Redis node or the cluster.
@@ -479,7 +480,7 @@ func accuracyStats(recs []fleetRecord, pi int, pol accuracyPolicy, base time.Tim
 	a.SpanError = a.PeakSpan - q
 
 	exact := true
-	lo0, hi0 := q, q // the first window's possible expectations (token_bucket, gcra)
+	g := w / time.Duration(q) // a token bucket's refill interval
 	switch pol.algorithm {
 	case "fixed_window", "sliding_log":
 		for range nw {
@@ -489,28 +490,14 @@ func accuracyStats(recs []fleetRecord, pi int, pol accuracyPolicy, base time.Tim
 		// The bucket starts full at the first admission t0 and then gains one unit
 		// every W/Q: the first window holds Q plus the refills before its end, every
 		// later window exactly Q refills (W/Q divides W). The client knows t0 only to
-		// lie between firstSent and firstRecv; where a refill falls between them, the
-		// first window may hold one more or one less, and the count within that range
-		// nearest to what came is the one expected. (The midpoint taken before missed
-		// by one in most short runs of a host whose first answers took 20–40 ms.)
+		// lie between firstSent and firstRecv (the midpoint taken before missed by
+		// one in most short runs of a host whose first answers took 20–40 ms), so
+		// each start in that span is tried (bucketFits); the expectation shown is the
+		// first window's nearest to what came.
 		first0 := q
 		if seen {
-			g := w / time.Duration(q)
-			refills := func(t0 time.Time) int { return int((base.Add(w).Sub(t0)+g-1)/g) - 1 }
-			lo0, hi0 = q+refills(firstRecv), q+refills(firstSent)
-			first0 = min(max(a.PerWindow[0], lo0), hi0)
-			// A refill that fell just before an edge may be taken just after it, when
-			// no admission was surely decided between the two: the next window then
-			// holds that token too. One of its admissions may so belong to the window
-			// before (as one that straddled the edge).
-			for k := 0; k+1 < nw; k++ {
-				edge := base.Add(time.Duration(k+1) * w)
-				if sure[k+1] > 0 && carryable(edge, firstSent, firstRecv, g, adm) {
-					sure[k+1]--
-					amb[k]++
-					a.Carryable++
-				}
-			}
+			lo, hi := q+bucketRefills(base.Add(w), firstRecv, g), q+bucketRefills(base.Add(w), firstSent, g)
+			first0 = min(max(a.PerWindow[0], lo), hi)
 		}
 		a.Expected = append(a.Expected, first0)
 		for range nw - 1 {
@@ -539,7 +526,15 @@ func accuracyStats(recs []fleetRecord, pi int, pol accuracyPolicy, base time.Tim
 	case exact:
 		a.Holds = a.Over == 0 && a.Under == 0 && a.StoreFailed == 0 && a.Other == 0
 		a.Why = fmt.Sprintf("per window %v against %v: %d over, %d under; %s", a.PerWindow, a.Expected, a.Over, a.Under, failures)
-		if (a.Over != 0 || a.Under != 0) && placeableFrom(sure, amb, a.Expected, lo0, hi0) {
+		if (a.Over != 0 || a.Under != 0) && pol.lease == 0 && (pol.algorithm == "token_bucket" || pol.algorithm == "gcra") && seen {
+			for t0 := firstSent; !t0.After(firstRecv); t0 = t0.Add(time.Millisecond) {
+				if bucketFits(t0, base, w, g, q, sure, amb, adm) {
+					a.Carried = true
+					break
+				}
+			}
+		}
+		if (a.Over != 0 || a.Under != 0) && (a.Carried || placeable(sure, amb, a.Expected)) {
 			// Counted by response time the windows are off, but the admissions that
 			// straddled an edge can be put on the sides that make them exact: the
 			// client cannot tell a miscount from its own view of time.
@@ -566,34 +561,50 @@ func accuracyStats(recs []fleetRecord, pi int, pol accuracyPolicy, base time.Tim
 	if a.Straddling > 0 {
 		a.Why += fmt.Sprintf("; %d admissions straddled a window edge (%d of them the end of the last)", a.Straddling, a.Late)
 	}
-	if a.Carryable > 0 {
-		a.Why += fmt.Sprintf("; at %d edges a refill may have been taken after the edge", a.Carryable)
+	if a.Carried {
+		a.Why += "; with the bucket's start elsewhere between the first send and answer, or a refill taken after the edge it fell before"
 	}
 	return a
 }
 
-// carryable reports whether a token bucket whose first admission lies between a and b,
-// refilled every g from it, can have had a refill before edge that no admission in
-// adm was surely decided after (sent after the refill, answered before edge).
-func carryable(edge, a, b time.Time, g time.Duration, adm []*fleetRecord) bool {
-	latest := b.Add((edge.Sub(b) - 1) / g * g) // t0 = b's last refill before edge
-	if (edge.Sub(a)-1)/g > (edge.Sub(b)-1)/g {
-		latest = edge // some t0 between a and b puts a refill just before edge
-	}
-	for _, r := range adm {
-		if r.sent.After(latest) && r.recv.Before(edge) {
-			return false
-		}
-	}
-	return true
+// bucketRefills is how many refills every g from t0 a token bucket gets before end.
+func bucketRefills(end, t0 time.Time, g time.Duration) int {
+	return int((end.Sub(t0)+g-1)/g) - 1
 }
 
-// placeableFrom is placeable for a first window expected to hold anything from lo to
-// hi (exp[0] aside).
-func placeableFrom(sure, amb, exp []int, lo, hi int) bool {
-	e := slices.Clone(exp)
-	for e[0] = lo; e[0] <= hi; e[0]++ {
-		if placeable(sure, amb, e) {
+// bucketFits reports whether the admissions fit a token bucket of q per w refilled
+// every g from t0: the first window holds q plus the refills before its end, the
+// others q each, an admission that straddled an edge may lie on either side, and a
+// refill that fell before an edge with no admission surely decided between the two
+// (sent after it, answered before the edge) may have been taken after the edge — by
+// one of the next window's admissions, or at the end of the last window by one not
+// counted.
+func bucketFits(t0, base time.Time, w, g time.Duration, q int, sure, amb []int, adm []*fleetRecord) bool {
+	nw := len(sure)
+	exp := make([]int, nw)
+	for k := range exp {
+		exp[k] = q
+	}
+	exp[0] = q + bucketRefills(base.Add(w), t0, g)
+	s, a := slices.Clone(sure), slices.Clone(amb)
+	short := 0
+	for k := range nw {
+		edge := base.Add(time.Duration(k+1) * w)
+		last := t0.Add((edge.Sub(t0) - 1) / g * g) // the last refill before edge
+		taken := slices.ContainsFunc(adm, func(r *fleetRecord) bool { return r.sent.After(last) && r.recv.Before(edge) })
+		switch {
+		case taken:
+		case k+1 < nw && s[k+1] > 0:
+			s[k+1]--
+			a[k]++
+		case k+1 == nw:
+			short = 1
+		}
+	}
+	for d := 0; d <= short; d++ {
+		e := slices.Clone(exp)
+		e[nw-1] -= d
+		if placeable(s, a, e) {
 			return true
 		}
 	}
