@@ -129,9 +129,10 @@ type accuracyAlgo struct {
 	// total may fall short by up to Late.
 	Straddling int `json:"straddling"`
 	Late       int `json:"late"`
-	// Carried (token_bucket, gcra): the admissions fit only with a start of the bucket
-	// between the first send and answer other than the shown one, or with a refill
-	// taken after the edge it fell before, neither of which the client can rule out.
+	// Carried (token_bucket, gcra): the admissions fit only with the bucket's start
+	// elsewhere between the first send and answer than the shown expectation's, or
+	// with a refill taken after the edge it fell before (bucketFits), neither of which
+	// the client can rule out.
 	Carried bool   `json:"carried"`
 	Holds   bool   `json:"holds"`
 	Why     string `json:"why"`
@@ -526,20 +527,22 @@ func accuracyStats(recs []fleetRecord, pi int, pol accuracyPolicy, base time.Tim
 	case exact:
 		a.Holds = a.Over == 0 && a.Under == 0 && a.StoreFailed == 0 && a.Other == 0
 		a.Why = fmt.Sprintf("per window %v against %v: %d over, %d under; %s", a.PerWindow, a.Expected, a.Over, a.Under, failures)
-		if (a.Over != 0 || a.Under != 0) && pol.lease == 0 && (pol.algorithm == "token_bucket" || pol.algorithm == "gcra") && seen {
-			for t0 := firstSent; !t0.After(firstRecv); t0 = t0.Add(time.Millisecond) {
-				if bucketFits(t0, base, w, g, q, sure, amb, adm) {
-					a.Carried = true
-					break
+		if a.Over != 0 || a.Under != 0 {
+			fits := placeable(sure, amb, a.Expected)
+			if !fits && seen && (pol.algorithm == "token_bucket" || pol.algorithm == "gcra") {
+				for t0 := firstSent; !fits && !t0.After(firstRecv); t0 = t0.Add(time.Millisecond) {
+					fits = bucketFits(t0, base, w, g, q, sure, amb, adm)
 				}
+				a.Carried = fits
 			}
-		}
-		if (a.Over != 0 || a.Under != 0) && (a.Carried || placeable(sure, amb, a.Expected)) {
-			// Counted by response time the windows are off, but the admissions that
-			// straddled an edge can be put on the sides that make them exact: the
-			// client cannot tell a miscount from its own view of time.
-			a.Holds = a.StoreFailed == 0 && a.Other == 0
-			a.Why += "; exact once the admissions that straddled an edge (or took a refill from before it) are placed on the side they may have been decided on"
+			if fits {
+				// Counted by response time the windows are off, but the admissions
+				// that straddled an edge (or took a refill from before it) can be put
+				// on the sides that make them exact: the client cannot tell a
+				// miscount from its own view of time.
+				a.Holds = a.StoreFailed == 0 && a.Other == 0
+				a.Why += "; exact once the admissions that straddled an edge (or took a refill from before it) are placed on the side they may have been decided on"
+			}
 		}
 	default:
 		// sliding_window: at most Q in every aligned window, and in any window-length

@@ -410,7 +410,7 @@ type h1Conn struct {
 	// by timer watchDelay after the request began, not at once: most exchanges
 	// end before, and AfterFunc on a request's new context costs 5 allocations and
 	// 0.4 µs (a done channel, the children map, its own context and stop
-	// function), a timer's Reset and Stop 0.08 µs and none (BenchmarkWatch).
+	// function), a timer's Reset and Stop 0.08 µs and none (BenchmarkContextWatch).
 	timer    *time.Timer
 	mu       sync.Mutex
 	watching context.Context // the current request's; nil between requests
