@@ -16,8 +16,9 @@
 // Where it differs from net/http: an empty Host field is refused and an absolute
 // target without one is served (http.ReadRequest drops the field before the server sees
 // it), http.MaxBytesReader cannot mark the connection for closing (its hook is
-// net/http's own; the unread-body rule still bounds what is read), and the body left
-// unread after a handler is read under the header timeout, not without a deadline.
+// net/http's own; the unread-body rule still bounds what is read), the body left
+// unread after a handler is read under the header timeout, not without a deadline, and
+// no 1xx goes to an HTTP/1.0 client (RFC 9110 §15.2; net/http sends them).
 //
 // Of the http.Server it serves for, it uses Handler, ReadHeaderTimeout, ReadTimeout,
 // WriteTimeout, IdleTimeout, MaxHeaderBytes, ConnState, ConnContext,

@@ -807,3 +807,19 @@ func TestBodyReadAfterReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An HTTP/1.0 client takes any status line for the final response, so a handler's 1xx
+// is not sent to it (RFC 9110 §15.2; net/http's server sends it): the 200 comes first,
+// and the next request on the connection gets its own answer.
+func TestNo1xxToHTTP10(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", shapes)
+	s := start(t, mux, true, nil)
+	c := s.dial(t)
+	defer c.Close()
+	raw := "GET /status?code=103 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /small HTTP/1.0\r\n\r\n"
+	got := exchange(t, c, []byte(raw), []string{"GET", "GET"})
+	if len(got) != 2 || !strings.HasPrefix(got[0], "HTTP/1.0 200") || !strings.HasPrefix(got[1], "HTTP/1.0 200") {
+		t.Fatalf("HTTP/1.0 requests, the first with a handler's 103: got %q, want two 200s and no 103", got)
+	}
+}

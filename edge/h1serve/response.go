@@ -137,6 +137,11 @@ func (w *response) WriteHeader(code int) {
 		w.noContinue(code >= 200)
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		if !w.req.ProtoAtLeast(1, 1) {
+			// An HTTP/1.0 client takes any status line for the final one: RFC 9110
+			// §15.2 says not to send it one.
+			return
+		}
 		w.mu.Lock()
 		writeStatusLine(w.c.bw, w.req.ProtoAtLeast(1, 1), code)
 		writeFields(w.c.bw, w.header, excludedNoBody)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
 	"sync"
 	"time"
 )
@@ -46,13 +47,8 @@ type h1Client struct {
 // without reading it.
 const maxInlineBody = 64 << 10
 
-// idleTimeout closes connections idle this long; staleAfter is the idle time after
-// which a connection is checked for a close from the origin before it is used (an
-// origin's keep-alive timeout, 5 s for Apache, may have passed).
-const (
-	idleTimeout = 90 * time.Second
-	staleAfter  = time.Second
-)
+// idleTimeout closes connections idle this long.
+const idleTimeout = 90 * time.Second
 
 func newH1Client(t Target, cfg *Config, fallback *http.Transport) *h1Client {
 	c := &h1Client{
@@ -114,12 +110,24 @@ func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time, info infor
 		}
 		// A connection the origin closed while it was idle fails before a byte of
 		// the response: net/http's Transport sends such a request again on a new
-		// connection, and so does this one when the request has no body to resend.
-		if reused && pc.nread == 0 && (req.Body == nil || req.Body == http.NoBody) && ctx.Err() == nil {
+		// connection, and so does this one when the request has no body to resend
+		// and may be sent twice (the origin may have acted on it before it closed).
+		if reused && pc.nread == 0 && (req.Body == nil || req.Body == http.NoBody) && replayable(req) && ctx.Err() == nil {
 			continue
 		}
 		return nil, timeoutAs(err, deadline)
 	}
+}
+
+// replayable reports whether a request that may have reached the origin can be sent
+// again, as net/http's Transport decides: an idempotent method or an Idempotency-Key.
+func replayable(req *http.Request) bool {
+	if isIdempotent(req) {
+		return true
+	}
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 // timeoutAs reports err as ErrTimeout when deadline passed, as Pool.try's context
@@ -235,7 +243,7 @@ func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reu
 			c.idle[n-1] = nil
 			c.idle = c.idle[:n-1]
 			c.mu.Unlock()
-			if time.Since(pc.idleSince) < staleAfter || pc.alive() {
+			if pc.alive() {
 				return pc, true, nil
 			}
 			c.closeConn(pc)
@@ -404,7 +412,8 @@ type h1Conn struct {
 	bw        *bufio.Writer
 	nread     int64 // bytes read during the current request
 	idleSince time.Time
-	abort     func() // the watch's action: fail the read or write in progress
+	abort     func()               // the watch's action: fail the read or write in progress
+	peek      func() (bool, error) // alive's question to the socket (newPeek)
 
 	// The watch of the current request's context. It is armed (context.AfterFunc)
 	// by timer watchDelay after the request began, not at once: most exchanges
@@ -424,6 +433,7 @@ type h1Conn struct {
 func newH1Conn(c *h1Client, nc net.Conn) *h1Conn {
 	pc := &h1Conn{c: c, nc: nc}
 	pc.abort = func() { pc.nc.SetDeadline(aLongTimeAgo) } // made once, not per request
+	pc.peek = newPeek(nc)
 	pc.br = bufio.NewReaderSize(readCounter{pc}, 4<<10)
 	pc.bw = bufio.NewWriterSize(nc, 4<<10)
 	return pc
@@ -440,18 +450,24 @@ func (r readCounter) Read(p []byte) (int, error) {
 // aLongTimeAgo is a deadline in the past: it fails the blocked read or write at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// alive reports whether the origin has not closed the connection while it was idle:
-// a read that would block says so.
+// alive reports whether an idle connection may carry the next request: the origin
+// has neither closed it nor sent anything unasked while it was idle. Bytes no request
+// asked for would be read as the next request's response — another client's — so the
+// socket itself is asked, before every reuse (newPeek: one non-blocking system call),
+// as net/http's Transport learns it from its read goroutine.
 func (pc *h1Conn) alive() bool {
 	if pc.br.Buffered() > 0 {
-		return false // the origin sent something unasked: the stream is out of step
+		return false
 	}
-	pc.nc.SetReadDeadline(aLongTimeAgo)
-	_, err := pc.br.Peek(1)
-	pc.nc.SetReadDeadline(time.Time{})
-	pc.readDeadline = false
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	idle, err := pc.peek()
+	if err != nil && pc.readDeadline && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The last request's header deadline, left in place, has passed while the
+		// connection waited: not the origin's doing.
+		pc.nc.SetReadDeadline(time.Time{})
+		pc.readDeadline = false
+		idle, err = pc.peek()
+	}
+	return err == nil && idle
 }
 
 // roundTrip writes req and reads the response header on the calling goroutine. A
@@ -486,13 +502,16 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 		return fail(err)
 	}
 	var trace *httptrace.ClientTrace
+	n1xx := 0
 	for {
 		resp, err := readResponse(pc.br, req)
 		if err != nil {
 			return fail(err)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			keep := !resp.Close
+			// A 101 to a request that asked for no upgrade (those go to the
+			// fallback) leaves the connection in another protocol: never kept.
+			keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
 			if pc.readDeadline && !pc.bodyBuffered(resp) {
 				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
 				pc.readDeadline = false
@@ -513,7 +532,11 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 			return resp, nil
 		}
 		// 1xx: passed on (to info, or to a ClientTrace hook as ReverseProxy's), then
-		// the real response follows.
+		// the real response follows — after at most max1xx of them, as net/http's
+		// Transport allows.
+		if n1xx++; n1xx > max1xx {
+			return fail(errTooMany1xx)
+		}
 		if info != nil {
 			if err := info.got1xx(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
 				return fail(err)
@@ -530,6 +553,12 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 		}
 	}
 }
+
+// max1xx is how many informational responses may come before the final one
+// (net/http's Transport: 5).
+const max1xx = 5
+
+var errTooMany1xx = errors.New("upstream: too many 1xx informational responses")
 
 // watchDelay is how long an exchange runs before its context is watched: a client
 // that goes away ends the wait for the origin within it. Under load an exchange with
@@ -625,11 +654,14 @@ func (b *h1Body) Close() error {
 }
 
 // finish ends the request on the connection: keep it when the body was read whole,
-// the origin keeps the connection open, and the context's watch had not fired.
+// nothing past its end has arrived yet, the origin keeps the connection open, and the
+// context's watch had not fired.
 func (b *h1Body) finish(whole bool) {
 	b.done = true
 	pc := b.pc
-	if pc.unwatch() && whole && b.keep {
+	// Bytes past the response's end are none of this request's, and no later
+	// request's either: the connection is out of step and closed.
+	if pc.unwatch() && whole && b.keep && pc.br.Buffered() == 0 {
 		pc.c.put(pc)
 		return
 	}
