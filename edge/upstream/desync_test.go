@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// scriptedOrigin answers its first request with first, waits for more (if not nil)
-// and writes what it gets unasked, then answers every later request "real". One
-// connection at a time.
-func scriptedOrigin(t *testing.T, first string, more chan string, wrote chan struct{}) string {
+// rawOrigin is an origin on loopback that writes what serve writes: serve gets each
+// connection it accepts, numbered from 0, on a goroutine of its own, and the
+// connection is closed when serve returns. It returns the origin's URL.
+func rawOrigin(t *testing.T, serve func(n int, c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -21,34 +21,41 @@ func scriptedOrigin(t *testing.T, first string, more chan string, wrote chan str
 	}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
-		served := 0
-		for {
+		for n := 0; ; n++ {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			br := bufio.NewReader(c)
-			for {
-				if _, err := http.ReadRequest(br); err != nil {
-					break
-				}
-				served++
-				if served > 1 {
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal")
-					continue
-				}
-				io.WriteString(c, first)
-				if more != nil {
-					go func() {
-						io.WriteString(c, <-more) // unasked, while the connection is idle
-						close(wrote)
-					}()
-				}
-			}
-			c.Close()
+			go func() {
+				defer c.Close()
+				serve(n, c, bufio.NewReader(c))
+			}()
 		}
 	}()
 	return "http://" + ln.Addr().String()
+}
+
+// scriptedOrigin answers its first request with first, waits for more (if not nil)
+// and writes what it gets unasked, then answers every later request "real".
+func scriptedOrigin(t *testing.T, first string, more chan string, wrote chan struct{}) string {
+	return rawOrigin(t, func(n int, c net.Conn, br *bufio.Reader) {
+		for i := 0; ; i++ {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if n > 0 || i > 0 {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nreal")
+				continue
+			}
+			io.WriteString(c, first)
+			if more != nil {
+				go func() {
+					io.WriteString(c, <-more) // unasked, while the connection is idle
+					close(wrote)
+				}()
+			}
+		}
+	})
 }
 
 const injected = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
@@ -146,33 +153,18 @@ func BenchmarkPeekIdle(b *testing.B) {
 // with the header) passed while it was idle is still reused: the check before reuse
 // tells the deadline from the origin's close.
 func TestReuseAfterDeadlinePassed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	accepted := make(chan struct{}, 10)
-	go func() {
+	origin := rawOrigin(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		accepted <- struct{}{}
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := http.ReadRequest(br); err != nil {
 				return
 			}
-			accepted <- struct{}{}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				}
-			}()
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	}()
+	})
 	const timeout = 20 * time.Millisecond
-	url := front(t, newPool(t, Config{Timeout: timeout, Targets: []Target{tgt(t, "http://"+ln.Addr().String(), 1)}}))
+	url := front(t, newPool(t, Config{Timeout: timeout, Targets: []Target{tgt(t, origin, 1)}}))
 	c := &http.Client{}
 	t.Cleanup(c.CloseIdleConnections)
 	get(t, c, mustReq(t, "GET", url+"/", nil))
@@ -188,34 +180,21 @@ func TestReuseAfterDeadlinePassed(t *testing.T) {
 // An idle connection the origin closed is not reused for a request with a body (which
 // could not be sent again): the check before reuse sees the close.
 func TestClosedIdleNotReused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	closed := make(chan struct{})
-	go func() {
-		for n := 0; ; n++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			br := bufio.NewReader(c)
-			req, err := http.ReadRequest(br)
-			if err == nil {
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}
-			if n > 0 {
-				br.ReadByte() // the client's close
-			}
-			c.Close() // a keep-alive timeout, without a word
-			if n == 0 {
-				close(closed)
-			}
+	origin := rawOrigin(t, func(n int, c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err == nil {
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	}()
-	url := front(t, newPool(t, Config{Targets: []Target{tgt(t, "http://"+ln.Addr().String(), 1)}}))
+		if n > 0 {
+			br.ReadByte() // the client's close
+			return
+		}
+		c.Close() // a keep-alive timeout, without a word
+		close(closed)
+	})
+	url := front(t, newPool(t, Config{Targets: []Target{tgt(t, origin, 1)}}))
 	c := &http.Client{}
 	t.Cleanup(c.CloseIdleConnections)
 	get(t, c, mustReq(t, "GET", url+"/", nil))
@@ -239,36 +218,23 @@ func TestNoResendOfNonIdempotent(t *testing.T) {
 		{"POST", "k1", 200, 2},
 	} {
 		t.Run(tc.method+tc.key, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			seen := make(chan string, 10)
-			go func() {
-				for n := 0; ; n++ {
-					c, err := ln.Accept()
+			origin := rawOrigin(t, func(n int, c net.Conn, br *bufio.Reader) {
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
 					if err != nil {
 						return
 					}
-					br := bufio.NewReader(c)
-					for i := 0; ; i++ {
-						req, err := http.ReadRequest(br)
-						if err != nil {
-							break
-						}
-						if req.URL.Path == "/second" {
-							seen <- req.Method
-						}
-						if n == 0 && i == 1 {
-							break // read, then closed unanswered
-						}
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					if req.URL.Path == "/second" {
+						seen <- req.Method
 					}
-					c.Close()
+					if n == 0 && i == 1 {
+						return // read, then closed unanswered
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 				}
-			}()
-			url := front(t, newPool(t, Config{Targets: []Target{tgt(t, "http://"+ln.Addr().String(), 1)}}))
+			})
+			url := front(t, newPool(t, Config{Targets: []Target{tgt(t, origin, 1)}}))
 			c := &http.Client{}
 			t.Cleanup(c.CloseIdleConnections)
 			get(t, c, mustReq(t, "GET", url+"/first", nil))
@@ -279,7 +245,6 @@ func TestNoResendOfNonIdempotent(t *testing.T) {
 			if _, code := get(t, c, req); code != tc.want {
 				t.Errorf("status %d, want %d", code, tc.want)
 			}
-			ln.Close()
 			if n := len(seen); n != tc.seen {
 				t.Errorf("the origin read the request %d times, want %d", n, tc.seen)
 			}
