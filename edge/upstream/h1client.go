@@ -455,10 +455,10 @@ var aLongTimeAgo = time.Unix(1, 0)
 // asked for would be read as the next request's response — another client's — so the
 // socket itself is asked, before every reuse (newPeek: one non-blocking system call),
 // as net/http's Transport learns it from its read goroutine.
+//
+// Its read buffer is empty: finish keeps no connection with bytes in it, and nothing
+// reads an idle one.
 func (pc *h1Conn) alive() bool {
-	if pc.br.Buffered() > 0 {
-		return false
-	}
 	idle, err := pc.peek()
 	if err != nil && pc.readDeadline && errors.Is(err, os.ErrDeadlineExceeded) {
 		// The last request's header deadline, left in place, has passed while the
