@@ -17,8 +17,11 @@
 // target without one is served (http.ReadRequest drops the field before the server sees
 // it), http.MaxBytesReader cannot mark the connection for closing (its hook is
 // net/http's own; the unread-body rule still bounds what is read), the body left
-// unread after a handler is read under the header timeout, not without a deadline, and
-// no 1xx goes to an HTTP/1.0 client (RFC 9110 §15.2; net/http sends them).
+// unread after a handler is read under the header timeout, not without a deadline,
+// no 1xx goes to an HTTP/1.0 client (RFC 9110 §15.2; net/http sends them), and the
+// HTTP/2 preface on a connection that negotiated HTTP/1.1 gets 505 (net/http hands
+// "PRI * HTTP/2.0" to the handler). Field lines are counted after the parse, not
+// during it (readRequest says how); the limit and the 431 are net/http's.
 //
 // Of the http.Server it serves for, it uses Handler, ReadHeaderTimeout, ReadTimeout,
 // WriteTimeout, IdleTimeout, MaxHeaderBytes, ConnState, ConnContext,
@@ -332,6 +335,15 @@ func (s *Server) maxHeaderBytes() int64 {
 	return http.DefaultMaxHeaderBytes
 }
 
+// maxFields is net/http's limit on the field lines of a request's header section, and
+// on those of its trailer section.
+func (s *Server) maxFields() int {
+	if n := s.srv.MaxHeaderValueCount; n > 0 {
+		return n
+	}
+	return http.DefaultMaxHeaderValueCount
+}
+
 // maxPostHandlerReadBytes is net/http's: the most of a request body left unread by
 // its handler that is read and dropped to keep the connection; past it, the
 // connection is closed after the response.
@@ -365,6 +377,9 @@ type conn struct {
 	bgTimer *time.Timer
 	// pend holds a response's body until its header is written (response.pending).
 	pend [bufferBeforeChunking]byte
+	// afterPOST: the last request was a POST, whose client may have sent a CRLF
+	// after the body (RFC 9112 §2.2); readRequest skips it, as net/http does.
+	afterPOST bool
 }
 
 func (c *conn) setState(st http.ConnState) {
@@ -513,6 +528,10 @@ func (c *conn) handlerDone() {
 // header size limit, then the checks of net/http's loop.
 func (c *conn) readRequest() (*http.Request, error) {
 	c.cr.setLimit(c.s.maxHeaderBytes() + 4096) // net/http's initialReadLimitSize
+	if c.afterPOST {
+		peek, _ := c.br.Peek(4) // an error is ReadRequest's to report
+		c.br.Discard(leadingCRLF(peek))
+	}
 	req, err := http.ReadRequest(c.br)
 	if err != nil {
 		if c.cr.hitLimit() {
@@ -521,6 +540,9 @@ func (c *conn) readRequest() (*http.Request, error) {
 		return nil, err
 	}
 	c.cr.setLimit(-1)
+	c.afterPOST = req.Method == "POST"
+	// A PRI * HTTP/2.0 line (the HTTP/2 preface on a connection that did not
+	// negotiate h2) gets 505 here too: net/http hands it to the handler.
 	if req.ProtoMajor != 1 {
 		return nil, statusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
 	}
@@ -538,10 +560,31 @@ func (c *conn) readRequest() (*http.Request, error) {
 	// textproto, under http.ReadRequest, refuses what httpguts.ValidHeaderFieldValue
 	// does, and names with any byte outside a token but a space: the one check of
 	// net/http's loop left to make is the names'.
-	for k := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return nil, statusError{http.StatusBadRequest, "invalid header name"}
-		}
+	//
+	// http.ReadRequest has no limit on the number of field lines either; net/http's
+	// server answers 431 past maxFields. They are counted here, after the parse that
+	// MaxHeaderBytes bounds: one per value, one for Host's line if the request has a
+	// host and for the Trailer field's if it has trailers (both are taken out of the
+	// map), and apart from them the names the Trailer field lists, as net/http counts.
+	// Two lines are counted apart from net/http's count: a second Trailer line, and a
+	// Cache-Control: no-cache that http.ReadRequest adds for a Pragma: no-cache alone.
+	n := 0
+	if req.Host != "" {
+		n++
+	}
+	if len(req.Trailer) > 0 {
+		n++
+	}
+	badName := false
+	for k, vv := range req.Header {
+		badName = badName || !httpguts.ValidHeaderFieldName(k)
+		n += len(vv)
+	}
+	if max := c.s.maxFields(); n > max || len(req.Trailer) > max {
+		return nil, errTooLarge // net/http's parse stops at the count, before the names
+	}
+	if badName {
+		return nil, statusError{http.StatusBadRequest, "invalid header name"}
 	}
 	req.RemoteAddr = c.remote
 	req.TLS = c.tls
@@ -578,7 +621,7 @@ func (c *conn) answerUnread(err error) {
 		const publicErr = "431 Request Header Fields Too Large"
 		c.bw.WriteString("HTTP/1.1 " + publicErr + errorHeaders + publicErr)
 		c.closeWriteAndWait()
-	case strings.HasPrefix(err.Error(), "unsupported transfer encoding"):
+	case isUnsupportedTE(err):
 		c.bw.WriteString("HTTP/1.1 501 Not Implemented" + errorHeaders + "Unsupported transfer encoding")
 	case isCommonNetReadError(err):
 		// no answer
@@ -588,6 +631,22 @@ func (c *conn) answerUnread(err error) {
 		const publicErr = "400 Bad Request"
 		c.bw.WriteString("HTTP/1.1 " + publicErr + errorHeaders + publicErr)
 	}
+}
+
+// isUnsupportedTE reports whether err is http.ReadRequest's for a Transfer-Encoding it
+// does not take (its type is net/http's own, so its text is matched).
+func isUnsupportedTE(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "unsupported transfer encoding") || strings.HasPrefix(s, "too many transfer encodings")
+}
+
+// leadingCRLF is the number of CR and LF bytes p begins with.
+func leadingCRLF(p []byte) int {
+	n := 0
+	for n < len(p) && (p[n] == '\r' || p[n] == '\n') {
+		n++
+	}
+	return n
 }
 
 // isCommonNetReadError is net/http's: the reads that end a connection unanswered.

@@ -98,7 +98,11 @@ func shapes(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Host", r.Host)
 	h.Set("X-Proto", r.Proto)
 	if len(r.Trailer) > 0 {
-		h.Set("X-Req-Trailer", r.Trailer.Get("X-T"))
+		var t []string
+		for _, k := range sortedKeys(r.Trailer) {
+			t = append(t, fmt.Sprintf("%s=%q", k, r.Trailer[k]))
+		}
+		h.Set("X-Req-Trailer", strings.Join(t, " "))
 	}
 	if v := q.Get("header"); v != "" {
 		h.Set("X-Echo", v)
@@ -294,6 +298,25 @@ func TestSameAsNetHTTP(t *testing.T) {
 		{"length and chunked", "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", []string{"POST"}},
 		{"bad length", "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n", []string{"POST"}},
 		{"bad chunk", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", []string{"POST"}},
+		{"500 fields", "GET /small HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("A: b\r\n", 499) + "\r\n" + get("/small"), []string{"GET", "GET"}},
+		{"501 fields", "GET /small HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("A: b\r\n", 500) + "\r\n", []string{"GET"}},
+		{"501 fields, absolute target", "GET http://y/small HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("A: b\r\n", 500) + "\r\n", []string{"GET"}},
+		{"500 fields and a declared trailer", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n" + strings.Repeat("A: b\r\n", 497) + "\r\n0\r\nX-T: v\r\n\r\n", []string{"POST"}},
+		{"501 fields by the Trailer list", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: X-T, X-U\r\n" + strings.Repeat("A: b\r\n", 497) + "\r\n0\r\nX-T: v\r\n\r\n", []string{"POST"}},
+		{"501 trailer fields", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + strings.Repeat("X-T: v\r\n", 501) + "\r\n", []string{"POST"}},
+		{"undeclared trailer", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-U: u\r\n\r\n" + get("/small"), []string{"POST", "GET"}},
+		{"declared and undeclared trailers", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n1\r\na\r\n0\r\nX-T: t\r\nX-U: u\r\n\r\n", []string{"POST"}},
+		{"framing field declared as a trailer", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: Content-Length\r\n\r\n0\r\n\r\n", []string{"POST"}},
+		{"two Expect fields", "POST /small HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\na", []string{"POST"}},
+		{"Expect list", "POST /small HTTP/1.1\r\nHost: x\r\nExpect: 100-continue, foo\r\nContent-Length: 1\r\n\r\na", []string{"POST"}},
+		{"100-continue twice", "POST /small HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\na", []string{"POST"}},
+		{"100-continue any case", "POST /small HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\na", []string{"POST"}},
+		{"empty Expect", "POST /small HTTP/1.1\r\nHost: x\r\nExpect:\r\nContent-Length: 1\r\n\r\na", []string{"POST"}},
+		{"two Transfer-Encoding fields", "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", []string{"POST"}},
+		{"CRLF after a POST body", "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na\r\n" + get("/small"), []string{"POST", "GET"}},
+		{"two CRLFs after a POST body", "POST /small HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na\r\n\r\n" + get("/small"), []string{"POST", "GET"}},
+		{"CRLF after a GET", get("/small") + "\r\n" + get("/small"), []string{"GET", "GET"}},
+		{"CRLF before the first request", "\r\n" + get("/small"), []string{"GET"}},
 	}
 	// Randomised requests: methods, fields, bodies by length or chunked, trailers.
 	rng := mrand.New(mrand.NewPCG(16, 1))
@@ -821,5 +844,44 @@ func TestNo1xxToHTTP10(t *testing.T) {
 	got := exchange(t, c, []byte(raw), []string{"GET", "GET"})
 	if len(got) != 2 || !strings.HasPrefix(got[0], "HTTP/1.0 200") || !strings.HasPrefix(got[1], "HTTP/1.0 200") {
 		t.Fatalf("HTTP/1.0 requests, the first with a handler's 103: got %q, want two 200s and no 103", got)
+	}
+}
+
+// TestWhereItDiffers holds h1serve to the answers the package comment gives where it
+// differs from net/http's server, which hands these requests to the handler.
+func TestWhereItDiffers(t *testing.T) {
+	called := make(chan string, 4)
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		called <- r.Method + " " + r.RequestURI
+	}), true, nil)
+	for _, c := range []struct{ name, raw, status string }{
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/1.1 505 HTTP Version Not Supported"},
+		{"empty Host", "GET / HTTP/1.1\r\nHost:\r\n\r\n", "HTTP/1.1 400 Bad Request"},
+	} {
+		got := exchange(t, s.dial(t), []byte(c.raw), []string{"GET"})
+		if len(got) != 1 || !strings.HasPrefix(got[0], c.status) || !strings.Contains(got[0], "close=true") {
+			t.Errorf("%s: got %q, want %s and the connection closed", c.name, got, c.status)
+		}
+	}
+	select {
+	case r := <-called:
+		t.Errorf("the handler was given %q", r)
+	default:
+	}
+}
+
+// Trailer fields RFC 9110 §6.5.1 forbids, which net/http's server hands on, do not
+// reach the handler (and so not a proxied origin); the others, declared or not, do.
+func TestForbiddenTrailersDropped(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", shapes)
+	s := start(t, mux, true, nil)
+	raw := "POST /small HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n1\r\na\r\n0\r\n" +
+		"X-T: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nHost: evil\r\nAuthorization: Basic eA==\r\nContent-Type: text/x\r\nX-U: u\r\n\r\n" +
+		"GET /small HTTP/1.1\r\nHost: x\r\n\r\n"
+	got := exchange(t, s.dial(t), []byte(raw), []string{"POST", "GET"})
+	want := `X-Req-Trailer: ["X-T=[\"t\"] X-U=[\"u\"]"]`
+	if len(got) != 2 || !strings.Contains(got[0], want+"\n") || !strings.HasPrefix(got[1], "HTTP/1.1 200 OK") {
+		t.Errorf("got %q, want the first with %s and a second 200", got, want)
 	}
 }

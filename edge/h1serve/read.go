@@ -1,12 +1,15 @@
 package h1serve
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // connReader is what the connection's bufio.Reader reads from: the connection under
@@ -184,11 +187,15 @@ func (cr *connReader) abortLocked() {
 
 // body is a request's body as handlers see it: http.ReadRequest's, with net/http's
 // server rules — Close does not read the rest (the server decides after the handler),
-// the first Read sends 100 Continue when the client asked for it, and its end lets
-// the background read begin.
+// the first Read sends 100 Continue when the client asked for it, its end gives the
+// handler's request the trailers (at most maxFields lines), and lets the background
+// read begin.
 type body struct {
 	src io.ReadCloser
 	w   *response
+	// read is the request http.ReadRequest returned, whose Trailer its body fills;
+	// the handler has a copy (WithContext), given the map at the end.
+	read *http.Request
 
 	mu     sync.Mutex
 	n      int64 // bytes read
@@ -209,10 +216,42 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.src.Read(p)
 	b.n += int64(n)
 	if err == io.EOF {
+		if !b.trailersFit() {
+			return n, errTrailerTooLarge
+		}
+		if t := b.read.Trailer; t != nil {
+			// A field RFC 9110 §6.5.1 keeps out of trailers (framing, routing,
+			// authentication, Content-Type and the like) is dropped: net/http passes it
+			// on, but HTTP/2's and HTTP/3's servers refuse the request, and a proxy
+			// must not send it on to the origin. Only undeclared ones can be here:
+			// http.ReadRequest refuses such a name in the Trailer field.
+			for k := range t {
+				if !httpguts.ValidTrailerHeader(k) {
+					delete(t, k)
+				}
+			}
+			b.w.req.Trailer = t // nil when the client sent trailers it had not declared
+		}
 		b.eof.Store(true)
 		b.w.c.cr.bodyDone()
 	}
 	return n, err
+}
+
+var errTrailerTooLarge = errors.New("http: too many request trailer fields")
+
+// trailersFit reports whether the trailer section read has at most maxFields lines.
+// Past them, as on net/http's server, the body fails and the connection is not kept.
+func (b *body) trailersFit() bool {
+	n := 0
+	for _, vv := range b.read.Trailer {
+		n += len(vv)
+	}
+	if n > b.w.c.s.maxFields() {
+		b.closed.Store(true)
+		return false
+	}
+	return true
 }
 
 func (b *body) Close() error {
@@ -246,6 +285,9 @@ func (b *body) discard() bool {
 	}
 	_, err := io.CopyN(io.Discard, b.src, maxPostHandlerReadBytes+1)
 	if err == io.EOF {
+		if !b.trailersFit() {
+			return false
+		}
 		b.eof.Store(true)
 		b.w.c.cr.bodyDone() // a handler still running may get its background read now
 		return true

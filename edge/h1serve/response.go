@@ -58,10 +58,11 @@ type response struct {
 
 func newResponse(c *conn, req *http.Request, ctx context.Context) *response {
 	ctx, cancel := context.WithCancel(ctx)
+	read := req
 	req = req.WithContext(ctx)
 	w := &response{c: c, req: req, cancel: cancel, header: make(http.Header), contentLength: -1}
 	if req.Body != nil && req.Body != http.NoBody {
-		w.body = &body{src: req.Body, w: w}
+		w.body = &body{src: req.Body, w: w, read: read}
 		req.Body = w.body
 	}
 	w.wantsClose = req.Close || hasToken(req.Header["Connection"], "close")
@@ -74,10 +75,11 @@ func hasToken(v []string, token string) bool {
 }
 
 // admit applies Expect: 100-continue arms the body's first Read; any other
-// expectation gets 417 and the connection closes (net/http's rule). False: answered.
+// expectation gets 417 and the connection closes. As net/http, only the first Expect
+// line is looked at. False: answered.
 func (w *response) admit() bool {
 	e := w.req.Header["Expect"]
-	if hasToken(e, "100-continue") {
+	if len(e) > 0 && httpguts.HeaderValuesContainsToken(e[:1], "100-continue") {
 		if w.req.ProtoAtLeast(1, 1) && w.req.ContentLength != 0 && w.body != nil {
 			w.canContinue.Store(true)
 		}
