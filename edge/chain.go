@@ -2,6 +2,7 @@ package edge
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
@@ -79,13 +80,20 @@ func tooEarly(next step) step {
 }
 
 // headerLimit answers 431 to a request whose header section is larger than
-// maxHeaderBytes, on every protocol: the servers beneath read up to
-// parseMaxHeaderBytes, so the answer is a problem document and requests_total counts it.
+// maxHeaderBytes or has more than maxHeaderFields fields, on every protocol: the
+// servers beneath read up to parseMaxHeaderBytes and parseMaxHeaderFields, so the
+// answer is a problem document and requests_total counts it.
 func headerLimit(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
-		if headerSize(r) > maxHeaderBytes {
+		size, fields := headerSize(r)
+		if size > maxHeaderBytes {
 			answer.Problem(w, r, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
 				"the request's header section is larger than 64 KiB")
+			return
+		}
+		if fields > maxHeaderFields {
+			answer.Problem(w, r, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
+				"the request has more than "+strconv.Itoa(maxHeaderFields)+" header fields")
 			return
 		}
 		next(w, r, now)
@@ -93,15 +101,17 @@ func headerLimit(next step) step {
 }
 
 // headerSize is the size of the header section as HTTP/2 and HTTP/3 count it (RFC 9113
-// §6.5.2, RFC 9114 §4.2.2): name and value lengths plus 32 per field.
-func headerSize(r *http.Request) int {
+// §6.5.2, RFC 9114 §4.2.2): name and value lengths plus 32 per field; and the number of
+// its fields but Host (or :authority) and the pseudo-header fields.
+func headerSize(r *http.Request) (size, fields int) {
 	n := len(r.Method) + len(r.Host) + len(r.RequestURI) + 3*32
 	for k, vs := range r.Header {
 		for _, v := range vs {
 			n += len(k) + len(v) + 32
 		}
+		fields += len(vs)
 	}
-	return n
+	return n, fields
 }
 
 // growStackBytes is what growStack reserves: more than a request's deepest path

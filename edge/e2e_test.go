@@ -395,31 +395,65 @@ func TestServerSentEventsStream(t *testing.T) {
 	}
 }
 
-// TestLargeHeader431: a header section over 64 KiB gets a 431 problem document, counted
-// in requests_total, on HTTP/3 as on HTTP/2 and HTTP/1.1, and the edge serves on.
+// TestLargeHeader431: a header section over 64 KiB, or with more than 500 fields, gets
+// a 431 problem document, counted in requests_total, on HTTP/3 as on HTTP/2 and
+// HTTP/1.1, and the edge serves on; 500 fields are served.
 func TestLargeHeader431(t *testing.T) {
 	e := startEdge(t, nil)
-	big := strings.Repeat("a", 100<<10)
+	fields := func(n int) http.Header { // n in all: the clients add none to these
+		h := http.Header{"User-Agent": {"test"}, "Accept-Encoding": {"identity"}}
+		for i := range n - 2 {
+			h.Set(fmt.Sprintf("X-F%d", i), "v")
+		}
+		return h
+	}
 	for _, p := range protos {
-		t.Run(p.name, func(t *testing.T) {
-			series := []string{"proto", p.name, "code", "431"}
-			before := counterValue(t, e.Server, "h3edge_requests_total", series...)
-			resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/", map[string]string{"X-Big": big}, nil)
-			var doc struct{ Status int }
-			if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
-				json.Unmarshal(body, &doc) != nil || doc.Status != 431 {
-				t.Errorf("%d %q %q, want a 431 problem document", resp.StatusCode, resp.Header.Get("Content-Type"), body)
-			}
-			if n := counterValue(t, e.Server, "h3edge_requests_total", series...) - before; n != 1 {
-				t.Errorf("requests_total{proto=%q,code=\"431\"} grew by %v, want 1", p.name, n)
-			}
-			// And the server still serves.
-			resp, err := clientFor(t, p.name).Get(e.url + "/")
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("after 431: %v %v", resp, err)
-			}
-			resp.Body.Close()
-		})
+		for _, c := range []struct {
+			name   string
+			header http.Header
+			want   int
+		}{
+			{"100 KiB", http.Header{"X-Big": {strings.Repeat("a", 100<<10)}}, 431},
+			{"501 fields", fields(501), 431},
+			{"500 fields", fields(500), 200},
+		} {
+			t.Run(p.name+"/"+c.name, func(t *testing.T) {
+				series := []string{"proto", p.name, "code", "431"}
+				before := counterValue(t, e.Server, "h3edge_requests_total", series...)
+				req, err := http.NewRequest("GET", e.url+"/", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header = c.header
+				resp, err := clientFor(t, p.name).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				grew := counterValue(t, e.Server, "h3edge_requests_total", series...) - before
+				if c.want == 200 {
+					if resp.StatusCode != 200 || grew != 0 {
+						t.Errorf("%d (431s counted: %v), want 200", resp.StatusCode, grew)
+					}
+					return
+				}
+				var doc struct{ Status int }
+				if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
+					json.Unmarshal(body, &doc) != nil || doc.Status != 431 {
+					t.Errorf("%d %q %.200q, want a 431 problem document", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+				}
+				if grew != 1 {
+					t.Errorf("requests_total{proto=%q,code=\"431\"} grew by %v, want 1", p.name, grew)
+				}
+				// And the server still serves.
+				resp, err = clientFor(t, p.name).Get(e.url + "/")
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("after 431: %v %v", resp, err)
+				}
+				resp.Body.Close()
+			})
+		}
 	}
 }
 

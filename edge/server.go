@@ -57,6 +57,13 @@ const (
 	// problem document, not counted). Reading up to 256 KiB lets headerLimit answer a
 	// counted 431 problem document for sections in between.
 	parseMaxHeaderBytes = 256 << 10
+	// maxHeaderFields caps a request's header field lines on every protocol, as Go's
+	// servers do by default (http.DefaultMaxHeaderValueCount); more get 431.
+	maxHeaderFields = 500
+	// parseMaxHeaderFields is the count past which Go's HTTP/2 server and h1serve give
+	// their own bare 431; above maxHeaderFields for the reason parseMaxHeaderBytes is.
+	// quic-go counts none: parseMaxHeaderBytes bounds an HTTP/3 section.
+	parseMaxHeaderFields = 4 * maxHeaderFields
 	// readHeaderTimeout bounds slowloris: a request whose header section is not complete
 	// this long after it began is ended, on every protocol (package h2guard on HTTP/2).
 	readHeaderTimeout = 10 * time.Second
@@ -402,11 +409,12 @@ func (s *Server) Serve() error {
 	tc := s.tlsConfig("h2", "http/1.1")
 	s.tcp.GateHandshakes(tc, handshakesPerCore*runtime.GOMAXPROCS(0))
 	h12 := &http.Server{
-		Handler:           h2guard.Completions(s.handler),
-		TLSConfig:         tc,
-		ReadHeaderTimeout: s.headerTimeout(),
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    parseMaxHeaderBytes,
+		Handler:             h2guard.Completions(s.handler),
+		TLSConfig:           tc,
+		ReadHeaderTimeout:   s.headerTimeout(),
+		IdleTimeout:         idleTimeout,
+		MaxHeaderBytes:      parseMaxHeaderBytes,
+		MaxHeaderValueCount: parseMaxHeaderFields,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: s.config().IP.MaxStreamsPerConnection,
 			// 16 KiB is the protocol's initial value; net/http's larger default fails an
