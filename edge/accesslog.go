@@ -34,9 +34,10 @@ func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accesslog.Log, error
 	return l, nil
 }
 
-// setAccessLog puts l in force and closes the one it replaces.
+// setAccessLog puts l in force and retires the one it replaces: it closes once the
+// requests that began under it are logged.
 func (s *Server) setAccessLog(l *accesslog.Log) {
-	s.access.Swap(l).Close()
+	s.access.Swap(l).Retire()
 }
 
 // logAccess writes one line per request to the access log, when there is one and the
@@ -53,6 +54,15 @@ func (s *Server) logAccess(next step) step {
 			next(w, r, now)
 			return
 		}
+		// Held until the line is written: a reload that replaces the log meanwhile
+		// closes it only after.
+		for !al.Hold() { // retired by a reload just now: the one in force
+			if al = s.access.Load(); al == nil {
+				next(w, r, now)
+				return
+			}
+		}
+		defer al.Release()
 		ctx, f := accesslog.NewContext(r.Context())
 		r = r.WithContext(ctx)
 		defer s.writeAccess(al, rec, r, now, f) // deferred: an aborted response is logged too

@@ -34,12 +34,14 @@ func (s *Server) buildOrigin(cfg *config.Config, prev *routing) (http.Handler, *
 }
 
 // forwarded returns the Rewrite step that rebuilds the forwarded fields from the real
-// peer: X-Forwarded-For keeps an incoming chain only when the peer is a trusted proxy.
-func forwarded(trusted []netip.Prefix) func(out, in *http.Request) {
+// peer: X-Forwarded-For keeps an incoming chain only when the peer is a trusted proxy,
+// of the prefixes trusted returns (those in force: a reload that changes them leaves
+// the pools as they are).
+func forwarded(trusted func() []netip.Prefix) func(out, in *http.Request) {
 	return func(out, in *http.Request) {
 		peer := identity.PeerAddr(in).String()
 		xff := peer
-		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted, identity.PeerAddr(in)) {
+		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted(), identity.PeerAddr(in)) {
 			xff = joinComma(prior) + ", " + peer
 		}
 		vs := []string{xff, in.Host} // one allocation; full slices, so an append copies
@@ -153,3 +155,6 @@ func viaValue(r *http.Request) []string {
 	}
 	return via1
 }
+
+// trustedPrefixes are the trusted proxies in force (the pools' forwarded step).
+func (s *Server) trustedPrefixes() []netip.Prefix { return s.rules.Load().Trusted }

@@ -117,26 +117,34 @@ func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 			return err
 		}
 	}
+	// A refusal from here on closes the pools just built: their health checks would
+	// probe on, unseen, for as long as the process runs.
+	refuse := func(err error) error {
+		if newRouting != oldRouting && newRouting != nil {
+			newRouting.closeNew(oldRouting)
+		}
+		return err
+	}
 	pc := bans.BoxConfig(cfg, s.onBan)
 	if err := pc.Validate(); err != nil {
-		return fmt.Errorf("edge: abuse: %w", err)
+		return refuse(fmt.Errorf("edge: abuse: %w", err))
 	}
 	// Opened anew on every reload, also when unchanged, so that SIGHUP lets a rotated
 	// file go.
 	al, err := s.openAccessLog(cfg.AccessLog)
 	if err != nil {
-		return err
+		return refuse(err)
 	}
 	if err := s.guard.SetLimits(admission.GuardConfig(cfg.IP)); err != nil {
 		al.Close()
-		return fmt.Errorf("edge: ip: %w", err)
+		return refuse(fmt.Errorf("edge: ip: %w", err))
 	}
 
 	// Commit. SetLimits cannot fail here: pc is valid, and what it cannot change
 	// (the prefix lengths, max_tracked) restartOnly refused.
 	if err := s.box.SetLimits(pc); err != nil {
 		al.Close()
-		return fmt.Errorf("edge: abuse: %w", err)
+		return refuse(fmt.Errorf("edge: abuse: %w", err))
 	}
 	s.tcp.SetCaps(admission.Caps(cfg.Limits))
 	s.applyOverload(cfg.Limits)

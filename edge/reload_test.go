@@ -3,7 +3,9 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -451,5 +454,141 @@ func TestReloadOverlapping(t *testing.T) {
 	}
 	if got := e.rules.Load().Policies[0].Name; got != "load2" {
 		t.Errorf("policy in force %q, want load2: the reload that started later", got)
+	}
+}
+
+// A refused reload closes the pools it had built: a pool whose health path changed
+// probes no more once the reload is refused (its access log cannot be opened), while
+// the pool in force probes on.
+func TestRefusedReloadClosesNewPools(t *testing.T) {
+	probes := make(chan string, 256)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case probes <- r.URL.Path:
+		default:
+		}
+	}))
+	t.Cleanup(o.Close)
+	conf := func(path, extra string) string {
+		return reloadBase + extra + fmt.Sprintf("upstreams:\n  api: {targets: [%s], health: {path: %s, interval: 50ms, timeout: 40ms}}\nroutes:\n  - {name: api, upstream: api}\n", o.URL, path)
+	}
+	e, file := startEdgeFile(t, conf("/hc1", ""))
+	dangling := filepath.Join(t.TempDir(), "access.log")
+	if err := os.Symlink("/nonexistent-dir/access.log", dangling); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(conf("/hc2", "access_log: {path: "+dangling+"}\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); err == nil {
+		t.Fatal("the reload was applied")
+	}
+	// From now on: one probe of /hc2 may still have been on its way; the leak is one
+	// every 50 ms, as many as the pool in force makes.
+	newer, older := 0, 0
+	timeout := time.After(10 * time.Second)
+	for older < 10 {
+		select {
+		case p := <-probes:
+			if p == "/hc2" {
+				newer++
+			} else {
+				older++
+			}
+		case <-timeout:
+			t.Fatalf("the pool in force probed %d times in 10 s", older)
+		}
+	}
+	if newer > 1 {
+		t.Errorf("the refused reload's pool probed %d times while the one in force probed %d", newer, older)
+	}
+}
+
+// A reload replaces the access log without losing the line of a request in flight
+// across it.
+func TestReloadKeepsInflightAccessLines(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(arrived)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(o.Close)
+	path := filepath.Join(t.TempDir(), "access.log")
+	e, _ := startEdgeFile(t, fmt.Sprintf("%supstream: %s\naccess_log: {path: %s}\n", reloadBase, o.URL, path))
+	c := clientFor(t, "h2")
+	done := make(chan int)
+	go func() {
+		resp, err := c.Get(e.url + "/slow")
+		if err != nil {
+			done <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-arrived
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("/slow: %d", code)
+	}
+	do(t, c, "GET", e.url+"/after", nil, nil)
+	e.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"/slow"`) || !strings.Contains(string(b), `"/after"`) {
+		t.Errorf("want the lines of /slow (in flight across the reload) and /after; dropped %d:\n%s", e.accessDropped.Load(), b)
+	}
+}
+
+// Changing trusted_proxies applies to the pools' forwarded fields without building
+// them again: a target the pool ejected stays ejected.
+func TestReloadTrustedProxiesKeepsPools(t *testing.T) {
+	var badHits atomic.Int64
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		badHits.Add(1)
+		w.WriteHeader(503)
+	}))
+	t.Cleanup(bad.Close)
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get("X-Forwarded-For"))
+	}))
+	t.Cleanup(good.Close)
+	conf := func(extra string) string {
+		return reloadBase + extra + fmt.Sprintf("upstreams:\n  api: {targets: [%s, %s], retries: 0, passive: {failures: 1, within: 10s, eject: 1m}}\nroutes:\n  - {name: api, upstream: api}\n", bad.URL, good.URL)
+	}
+	e, file := startEdgeFile(t, conf(""))
+	c := clientFor(t, "h2")
+	xff := map[string]string{"X-Forwarded-For": "192.0.2.7"}
+	for range 4 {
+		do(t, c, "GET", e.url+"/", xff, nil)
+	}
+	if badHits.Load() != 1 {
+		t.Fatalf("the failing target got %d requests, want 1 (then ejected)", badHits.Load())
+	}
+	if _, body := do(t, c, "GET", e.url+"/", xff, nil); string(body) != "127.0.0.1" {
+		t.Fatalf("X-Forwarded-For %q from an untrusted peer, want 127.0.0.1 alone", body)
+	}
+	if err := os.WriteFile(file, []byte(conf("trusted_proxies: [127.0.0.0/8]\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if resp, body := do(t, c, "GET", e.url+"/", xff, nil); resp.StatusCode != 200 || string(body) != "192.0.2.7, 127.0.0.1" {
+			t.Errorf("after the reload: %d %q, want 200 and the client's chain kept", resp.StatusCode, body)
+		}
+	}
+	if n := badHits.Load(); n != 1 {
+		t.Errorf("the ejected target got %d requests after the reload: the pool was built again", n-1)
 	}
 }

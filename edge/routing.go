@@ -34,9 +34,8 @@ type routing struct {
 
 // poolSettings is what a pool is built from.
 type poolSettings struct {
-	up      config.Upstream
-	trusted []string
-	ca      []byte // the CA file's content, so a changed file rebuilds the pool
+	up config.Upstream
+	ca []byte // the CA file's content, so a changed file rebuilds the pool
 }
 
 // newRouting builds the routes and pools of cfg. Pools of prev whose settings are
@@ -55,7 +54,7 @@ func (s *Server) newRouting(cfg *config.Config, prev *routing) (*routing, error)
 		routes = []config.Route{{Name: config.ShorthandName, Upstream: config.ShorthandName}}
 	}
 	for name, up := range ups {
-		set := poolSettings{up: up, trusted: cfg.TrustedProxies}
+		set := poolSettings{up: up}
 		if up.CA != "" {
 			pem, err := os.ReadFile(up.CA)
 			if err != nil {
@@ -106,7 +105,7 @@ func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, shor
 		Retries:        *up.Retries,
 		Timeout:        up.Timeout,
 		MaxConnections: up.MaxConnections,
-		Rewrite:        forwarded(cfg.TrustedProxyPrefixes()),
+		Rewrite:        forwarded(s.trustedPrefixes),
 		ErrorHandler:   proxyError,
 		OnTry:          s.noteTarget,
 		Logger:         s.baseLog,

@@ -264,6 +264,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.origin.Store(&origin)
 	al, err := s.openAccessLog(cfg.AccessLog)
 	if err != nil {
+		if rt != nil {
+			rt.closeNew(nil) // the pools' health checks would probe on
+		}
 		return nil, err
 	}
 	s.access.Store(al)
@@ -617,7 +620,7 @@ func (s *Server) closeSockets() error {
 	}
 	// What the access log holds is written. Close does not wait for handlers (Shutdown
 	// does): the line of a request still running when it came is not.
-	s.setAccessLog(nil)
+	s.access.Swap(nil).Close()
 	return errors.Join(errs...)
 }
 
