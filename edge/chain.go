@@ -3,6 +3,7 @@ package edge
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
@@ -82,9 +83,16 @@ func tooEarly(next step) step {
 // headerLimit answers 431 to a request whose header section is larger than
 // maxHeaderBytes or has more than maxHeaderFields fields, on every protocol: the
 // servers beneath read up to parseMaxHeaderBytes and parseMaxHeaderFields, so the
-// answer is a problem document and requests_total counts it.
+// answer is a problem document and requests_total counts it. It also answers 400 to a
+// method that is not a token, which Go's HTTP/2 server lets through (HTTP/1.1's parser
+// and quic-go refuse it): written to an HTTP/1.1 origin, its spaces would make
+// another request line.
 func headerLimit(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
+		if !isToken(r.Method) {
+			answer.Problem(w, r, http.StatusBadRequest, "Bad Request", "the request method is not a token (RFC 9110 §9.1)")
+			return
+		}
 		size, fields := headerSize(r)
 		if size > maxHeaderBytes {
 			answer.Problem(w, r, http.StatusRequestHeaderFieldsTooLarge, "Request Header Fields Too Large",
@@ -98,6 +106,20 @@ func headerLimit(next step) step {
 		}
 		next(w, r, now)
 	}
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // headerSize is the size of the header section as HTTP/2 and HTTP/3 count it (RFC 9113

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -507,6 +508,9 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 		resp, err := readResponse(pc.br, req)
 		if err != nil {
 			return fail(err)
+		}
+		if resp.StatusCode < 100 {
+			return fail(fmt.Errorf("upstream: invalid status %03d", resp.StatusCode))
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			// A 101 to a request that asked for no upgrade (those go to the

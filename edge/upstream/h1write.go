@@ -57,6 +57,9 @@ func appendRequestHead(b *[]byte, req *http.Request) (*[]byte, error) {
 	if method == "" {
 		method = "GET"
 	}
+	if !validFieldName(method) {
+		return b, errNotPlain // net/http refuses it
+	}
 	h := append(append(*b, method...), ' ')
 	start := len(h)
 	h = appendRequestURI(h, req.URL)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -61,7 +62,9 @@ type informer interface {
 }
 
 // got1xx passes a 1xx response on to the client while the exchange waits for the
-// final one.
+// final one: the origin's fields but the hop-by-hop ones (HTTP/2 and HTTP/3 forbid
+// them, and quic-go's client fails the request on one). The fields the edge set for
+// the final response are kept for it.
 func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -69,9 +72,18 @@ func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
 		return nil
 	}
 	h := x.w.Header()
-	addHeader(h, http.Header(header))
+	own := h.Clone()
+	clear(h)
+	in := http.Header(header)
+	dropConnectionNamed(in, in["Connection"])
+	for k, vv := range in {
+		if !isHopHeader(k) {
+			h[k] = append([]string(nil), vv...)
+		}
+	}
 	x.w.WriteHeader(code)
 	clear(h) // WriteHeader keeps a 1xx's fields in the map: they are not the response's
+	maps.Copy(h, own)
 	return nil
 }
 
@@ -92,6 +104,11 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Close = false
 	upType := upgradeType(r.Header)
+	if upType != "" && hasToken(r.Header["Upgrade"], "h2c") {
+		// Not passed on: after a 101 the client would speak HTTP/2 straight to the
+		// origin, past the edge's routes and policies (h2c smuggling).
+		upType = ""
+	}
 	if !isPrint(upType) {
 		p.errorHandler(w, r, fmt.Errorf("client tried to switch to invalid protocol %q", upType))
 		return
@@ -126,10 +143,20 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 		p.switchProtocols(w, out, res)
 		return
 	}
+	if res.StatusCode < 100 { // http.ReadResponse takes 000-099; WriteHeader panics on them
+		res.Body.Close()
+		p.errorHandler(w, out, fmt.Errorf("upstream: invalid status %03d", res.StatusCode))
+		return
+	}
 
 	dropConnectionNamed(res.Header, res.Header["Connection"])
 	h := w.Header()
 	moveHeader(h, res.Header)
+	if _, ok := h["Content-Type"]; !ok {
+		// The origin sent none: the servers would sniff one (net/http's, quic-go's,
+		// h1serve), labelling as text/html what the origin left unlabelled.
+		h["Content-Type"] = nil
+	}
 	// Trailers the origin declared are declared to the client (net/http's response
 	// keeps them in Trailer, not in the header).
 	announced := len(res.Trailer)
@@ -323,8 +350,12 @@ func isEventStream(ct []string) bool {
 
 // cleanQuery re-encodes a query string that does not parse as one (a ';', a bad
 // escape), so that the origin cannot read it differently from the edge, as
-// ReverseProxy does for Rewrite.
+// ReverseProxy does for Rewrite; and escapes a space or '#' (which HTTP/2's and
+// HTTP/3's servers let through in :path) that would end the request target early.
 func cleanQuery(s string) string {
+	if strings.ContainsAny(s, " #") {
+		s = targetEnders.Replace(s)
+	}
 	reencode := func(s string) string {
 		v, _ := url.ParseQuery(s)
 		return v.Encode()
@@ -474,3 +505,5 @@ func copyHalf(dst io.Writer, src io.Reader, errc chan<- error) {
 	}
 	errc <- errCopyDone
 }
+
+var targetEnders = strings.NewReplacer(" ", "%20", "#", "%23")
