@@ -592,3 +592,62 @@ func TestReloadTrustedProxiesKeepsPools(t *testing.T) {
 		t.Errorf("the ejected target got %d requests after the reload: the pool was built again", n-1)
 	}
 }
+
+// A reload that raises a concurrency policy's quota counts the requests already in
+// flight: with 2 held under quota 2, quota 3 lets one more in, not three.
+func TestReloadConcurrencyQuotaKeepsHeld(t *testing.T) {
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(o.Close)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	conf := func(q int) string {
+		return fmt.Sprintf("listen: \"127.0.0.1:0\"\nadmin: {listen: \"127.0.0.1:0\"}\n"+
+			"ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000}}\n"+
+			"upstream: %s\npolicies:\n  - {name: conc, key: [ip], algorithm: concurrency, quota: %d}\n", o.URL, q)
+	}
+	e, file := startEdgeFile(t, conf(2))
+	c := clientFor(t, "h2")
+	codes := make(chan int, 8)
+	get := func() {
+		go func() {
+			resp, err := c.Get(e.url + "/")
+			if err != nil {
+				codes <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	get()
+	get()
+	<-arrived
+	<-arrived
+	if resp, _ := do(t, c, "GET", e.url+"/", nil, nil); resp.StatusCode != 429 {
+		t.Fatalf("a third request under quota 2: %d, want 429", resp.StatusCode)
+	}
+	if err := os.WriteFile(file, []byte(conf(3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	get()
+	<-arrived // the one the raised quota lets in
+	get()
+	if code := <-codes; code != 429 {
+		t.Errorf("a fourth request in flight under quota 3: %d, want 429", code)
+	}
+	free()
+	for range 3 {
+		if code := <-codes; code != 200 {
+			t.Errorf("a held request: %d, want 200", code)
+		}
+	}
+}

@@ -452,3 +452,48 @@ func TestConcurrentDecisions(t *testing.T) {
 		t.Fatalf("%d admitted but %d charged to the log policy", admitted, charged)
 	}
 }
+
+// A concurrency policy whose quota changes (a reload's new Policy of the same name)
+// counts the units the old one holds, and takes their release.
+func TestConcurrencyQuotaChangeKeepsHeld(t *testing.T) {
+	s := mustLocal(t, Config{MaxEntries: 100})
+	testQuotaChange(t, s)
+}
+
+// testQuotaChange holds 2 units under quota 2, then asks under quota 3 of the same name.
+func testQuotaChange(t *testing.T, s Store) {
+	t.Helper()
+	old := mustPolicy(t, Policy{Name: "inflight", Algorithm: Concurrency, Quota: 2})
+	raised := mustPolicy(t, Policy{Name: "inflight", Algorithm: Concurrency, Quota: 3})
+	acquire := func(p *Policy) (*Lease, bool) {
+		l, _, ok, err := Acquire(ctx, s, time.Now(), []Request{{Policy: p, Key: Key{9}, Cost: 1}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, ok
+	}
+	var held []*Lease
+	for range 2 {
+		l, ok := acquire(old)
+		if !ok {
+			t.Fatal("acquire denied under quota 2")
+		}
+		held = append(held, l)
+	}
+	l, ok := acquire(raised)
+	if !ok {
+		t.Fatal("the third unit denied under quota 3")
+	}
+	held = append(held, l)
+	if _, ok := acquire(raised); ok {
+		t.Fatal("a fourth unit allowed under quota 3: the old policy's 2 were forgotten")
+	}
+	held[0].Release() // the old policy's lease gives its unit back to the shared count
+	if l, ok = acquire(raised); !ok {
+		t.Fatal("denied after the old policy's release")
+	}
+	held[0] = l
+	for _, l := range held {
+		l.Release()
+	}
+}

@@ -252,10 +252,17 @@ func (p *Policy) scaleSliding() bool {
 	return false
 }
 
-// identity hashes what gives the state its meaning.
+// identity hashes what gives the state its meaning. A concurrency policy's state is
+// the units held, whatever the quota: a policy of the same name with another quota
+// shares it, so that the requests in flight when a reload changes the quota still
+// count against the new one (and give their units back to it).
 func (p *Policy) identity() uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d", p.Name, p.Algorithm, p.Quota, p.Window, p.Burst, p.MaxDelay)
+	if p.kind == kindConcurrency {
+		fmt.Fprintf(h, "%s\x00%s", p.Name, p.Algorithm)
+	} else {
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d", p.Name, p.Algorithm, p.Quota, p.Window, p.Burst, p.MaxDelay)
+	}
 	if id := h.Sum64(); id != 0 {
 		return id
 	}

@@ -424,3 +424,51 @@ func TestLease(t *testing.T) {
 		return err == nil && math.Abs(float64(out[0].Remaining-(quota-admitted.Load()))) <= 1
 	})
 }
+
+// A global concurrency policy whose quota changes (a reload's new Policy of the same
+// name) counts the units the old one holds in Redis, and takes their release.
+func TestGlobalConcurrencyQuotaChangeKeepsHeld(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	st := newStore(t, Config{URL: srv.URL(), Timeout: time.Second})
+	old := mustPolicy(t, limiter.Policy{Name: "conc", Algorithm: limiter.Concurrency, Quota: 2})
+	raised := mustPolicy(t, limiter.Policy{Name: "conc", Algorithm: limiter.Concurrency, Quota: 3})
+	key := keyOf("raw-quota-change")
+	acquire := func(p *limiter.Policy) (*limiter.Lease, bool) {
+		l, _, ok, err := limiter.Acquire(context.Background(), st, time.Now(), []limiter.Request{{Policy: p, Key: key, Cost: 1}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, ok
+	}
+	var held []*limiter.Lease
+	for range 2 {
+		l, ok := acquire(old)
+		if !ok {
+			t.Fatal("acquire denied under quota 2")
+		}
+		held = append(held, l)
+	}
+	l, ok := acquire(raised)
+	if !ok {
+		t.Fatal("the third unit denied under quota 3")
+	}
+	held = append(held, l)
+	if _, ok := acquire(raised); ok {
+		t.Fatal("a fourth unit allowed under quota 3: the old policy's 2 were forgotten")
+	}
+	if err := held[0].Release(); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok = acquire(raised); !ok {
+		t.Fatal("denied after the old policy's release")
+	}
+	held[0] = l
+	for _, l := range held {
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.Held() != 0 {
+		t.Fatalf("the store still holds %d units", st.Held())
+	}
+}
