@@ -11,9 +11,10 @@ import (
 	"github.com/h3edge/h3edge/edge/metrics"
 )
 
-// openAccessLog starts the access log of c (nil: none). Its dropped lines are counted
-// in s.accessDropped, one count across the logs reloads open.
-func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accesslog.Log, error) {
+// openAccessLog starts the access log of cfg (none without access_log:). Its dropped
+// lines are counted in s.accessDropped, one count across the logs reloads open.
+func (s *Server) openAccessLog(cfg *config.Config) (*accesslog.Log, error) {
+	c := cfg.AccessLog
 	if c == nil {
 		return nil, nil
 	}
@@ -29,7 +30,7 @@ func (s *Server) openAccessLog(c *config.AccessLogConfig) (*accesslog.Log, error
 			}
 		}})
 	if err != nil {
-		return nil, fmt.Errorf("edge: access_log.path: %w", err)
+		return nil, cfg.Problem("access_log.path", fmt.Errorf("%w; give a file h3edge can create or append to", err))
 	}
 	return l, nil
 }

@@ -88,7 +88,9 @@ func (o *headOrigin) lines() []string {
 	return ls
 }
 
-func okReply(string) string { return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok" }
+func okReply(string) string {
+	return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+}
 
 // h2Status sends one HEADERS frame of the given pseudo-header fields and returns the
 // response's :status.

@@ -131,7 +131,7 @@ func (s *Server) apply(cfg *config.Config, p *identity.Plans) error {
 	}
 	// Opened anew on every reload, also when unchanged, so that SIGHUP lets a rotated
 	// file go.
-	al, err := s.openAccessLog(cfg.AccessLog)
+	al, err := s.openAccessLog(cfg)
 	if err != nil {
 		return refuse(err)
 	}
@@ -216,12 +216,13 @@ func (s *Server) loadConfig(old *config.Config) (*config.Config, error) {
 var errRestart = errors.New("cannot change while running; restart h3edge to apply it")
 
 // restartOnly reports the settings among fields (paths such as "redis.url") that
-// differ between old and cfg, each naming its path and wrapping errRestart.
+// differ between old and cfg, each naming its path (and place in cfg's file) and
+// wrapping errRestart.
 func restartOnly(old, cfg *config.Config, fields []string) error {
 	var errs []error
 	for _, f := range fields {
 		if !config.Same(old, cfg, f) {
-			errs = append(errs, fmt.Errorf("%s: %w", f, errRestart))
+			errs = append(errs, cfg.Problem(f, errRestart))
 		}
 	}
 	return errors.Join(errs...)

@@ -563,7 +563,7 @@ func TestReloadTrustedProxiesKeepsPools(t *testing.T) {
 	}))
 	t.Cleanup(good.Close)
 	conf := func(extra string) string {
-		return reloadBase + extra + fmt.Sprintf("upstreams:\n  api: {targets: [%s, %s], retries: 0, passive: {failures: 1, within: 10s, eject: 1m}}\nroutes:\n  - {name: api, upstream: api}\n", bad.URL, good.URL)
+		return poolBase + extra + fmt.Sprintf("upstreams:\n  api: {targets: [%s, %s], retries: 0, passive: {failures: 1, within: 10s, eject: 1m}}\nroutes:\n  - {name: api, upstream: api}\n", bad.URL, good.URL)
 	}
 	e, file := startEdgeFile(t, conf(""))
 	c := clientFor(t, "h2")
@@ -649,5 +649,88 @@ func TestReloadConcurrencyQuotaKeepsHeld(t *testing.T) {
 		if code := <-codes; code != 200 {
 			t.Errorf("a held request: %d, want 200", code)
 		}
+	}
+}
+
+// What a reload refuses after validation names the file, line and field, as the
+// validator's problems do, and says what to do.
+func TestReloadRefusalsPlaced(t *testing.T) {
+	e, file := startEdgeFile(t, reloadBase)
+	dangling := filepath.Join(t.TempDir(), "access.log")
+	if err := os.Symlink("/nonexistent-dir/access.log", dangling); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{strings.Replace(reloadBase, "ip: {", "ip: {max_tracked: 5000, ", 1), file + ":4:19: ip.max_tracked: cannot change while running; restart h3edge"},
+		{reloadBase + "access_log: {path: " + dangling + "}\n", file + ":8:20: access_log.path: open " + dangling},
+	} {
+		if err := os.WriteFile(file, []byte(c.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := e.Reload()
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("refusal %q, want it to begin %q", err, c.want)
+		}
+	}
+	if err := os.WriteFile(file, []byte(strings.Replace(reloadBase, "ip: {", "ip: {max_tracked: 5000, ", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); !errors.Is(err, errRestart) {
+		t.Errorf("%v does not wrap errRestart", err)
+	}
+}
+
+// poolBase is reloadBase without its policies, for tests that send more requests.
+const poolBase = `
+listen: "127.0.0.1:0"
+admin: {listen: "127.0.0.1:0"}
+ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 100000}}
+`
+
+// A reload that changes a pool (here: a target added) builds it again, but the targets
+// it had keep their state: an ejected one stays ejected, and their counters go on.
+func TestReloadChangedPoolKeepsTargetState(t *testing.T) {
+	var badHits atomic.Int64
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		badHits.Add(1)
+		w.WriteHeader(503)
+	}))
+	t.Cleanup(bad.Close)
+	good, added := startNamedOrigin(t, "good"), startNamedOrigin(t, "added")
+	conf := func(targets string) string {
+		return poolBase + fmt.Sprintf("upstreams:\n  api: {targets: [%s], retries: 0, passive: {failures: 1, within: 10s, eject: 1m}}\nroutes:\n  - {name: api, upstream: api}\n", targets)
+	}
+	e, file := startEdgeFile(t, conf(bad.URL+", "+good.URL))
+	c := clientFor(t, "h2")
+	for range 4 {
+		do(t, c, "GET", e.url+"/", nil, nil)
+	}
+	if badHits.Load() != 1 {
+		t.Fatalf("the failing target got %d requests, want 1 (then ejected)", badHits.Load())
+	}
+	series := []string{"upstream", "api", "target", good.URL, "code", "200"}
+	before := counterValue(t, e.Server, "h3edge_upstream_requests_total", series...)
+	if before != 3 {
+		t.Fatalf("upstream_requests_total{target=good,code=200} = %v, want 3", before)
+	}
+	if err := os.WriteFile(file, []byte(conf(bad.URL+", "+good.URL+", "+added.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterValue(t, e.Server, "h3edge_upstream_requests_total", series...); n != before {
+		t.Errorf("upstream_requests_total{target=good,code=200} %v after the reload, want %v", n, before)
+	}
+	for range 6 {
+		if resp, _ := do(t, c, "GET", e.url+"/", nil, nil); resp.StatusCode != 200 {
+			t.Errorf("after the reload: %d, want 200 (the ejected target is still out)", resp.StatusCode)
+		}
+	}
+	if n := badHits.Load(); n != 1 {
+		t.Errorf("the ejected target got %d requests after the reload", n-1)
+	}
+	if added.hits.Load() == 0 {
+		t.Error("the added target got no request")
 	}
 }

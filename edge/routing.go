@@ -58,7 +58,8 @@ func (s *Server) newRouting(cfg *config.Config, prev *routing) (*routing, error)
 		if up.CA != "" {
 			pem, err := os.ReadFile(up.CA)
 			if err != nil {
-				return nil, fmt.Errorf("edge: upstreams.%s.ca: %w", name, err)
+				rt.closeNew(prev)
+				return nil, cfg.Problem("upstreams."+name+".ca", fmt.Errorf("%w; give a readable PEM file", err))
 			}
 			set.ca = pem
 		}
@@ -69,7 +70,11 @@ func (s *Server) newRouting(cfg *config.Config, prev *routing) (*routing, error)
 				continue
 			}
 		}
-		p, err := s.newPool(cfg, name, set, cfg.Upstream != "")
+		var inherit *upstream.Pool // a changed pool of the same name: its targets' state carries over
+		if prev != nil {
+			inherit = prev.pools[name]
+		}
+		p, err := s.newPool(cfg, name, set, inherit, cfg.Upstream != "")
 		if err != nil {
 			rt.closeNew(prev)
 			return nil, err
@@ -98,7 +103,7 @@ func (s *Server) newRouting(cfg *config.Config, prev *routing) (*routing, error)
 
 // newPool builds the pool name of cfg. shorthand: the one target of `upstream: URL`,
 // whose path is kept and which is never ejected.
-func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, shorthand bool) (*upstream.Pool, error) {
+func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, inherit *upstream.Pool, shorthand bool) (*upstream.Pool, error) {
 	up := set.up
 	pc := upstream.Config{
 		Name:           name,
@@ -109,6 +114,7 @@ func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, shor
 		ErrorHandler:   proxyError,
 		OnTry:          s.noteTarget,
 		Logger:         s.baseLog,
+		Inherit:        inherit,
 	}
 	pc.Balance, _ = upstream.ParseBalance(up.Balance)
 	for i, t := range up.Targets {
@@ -137,7 +143,7 @@ func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, shor
 	if set.ca != nil {
 		pc.RootCAs = x509.NewCertPool()
 		if !pc.RootCAs.AppendCertsFromPEM(set.ca) {
-			return nil, fmt.Errorf("edge: upstreams.%s.ca: %s holds no PEM certificate", name, up.CA)
+			return nil, cfg.Problem("upstreams."+name+".ca", fmt.Errorf("%s holds no PEM certificate; give a file of CA certificates in PEM", up.CA))
 		}
 	}
 	return upstream.New(pc)

@@ -262,7 +262,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.origin.Store(&origin)
-	al, err := s.openAccessLog(cfg.AccessLog)
+	al, err := s.openAccessLog(cfg)
 	if err != nil {
 		if rt != nil {
 			rt.closeNew(nil) // the pools' health checks would probe on

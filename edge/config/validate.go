@@ -25,6 +25,26 @@ type FieldError struct {
 	Line, Col int    // 1-based; 0 when unknown
 	Path      string // the field, such as "policies[1].quota"; "" for the whole file
 	Problem   string // what is wrong and what to do
+	Err       error  // the error Problem says, if any (Unwrap)
+}
+
+// Unwrap returns Err.
+func (e FieldError) Unwrap() error { return e.Err }
+
+// Problem returns err as the problem of the field at path, placed in c's file where the
+// file has it (the place of the nearest enclosing path, as Validate's): what a reload
+// refuses after validation (a restart-only field, a file that cannot be opened) names
+// file and line as the validator's problems do.
+func (c *Config) Problem(path string, err error) FieldError {
+	e := FieldError{Path: path, Problem: err.Error(), Err: err}
+	if c.parsed != nil && Same(c, c.parsed, path) {
+		if at := c.place(path); at.line > 0 {
+			e.File, e.Line, e.Col = c.File, at.line, at.col
+			return e
+		}
+	}
+	e.File = c.File
+	return e
 }
 
 // Error formats the problem as "FILE:LINE:COL: field.path: problem", leaving out the

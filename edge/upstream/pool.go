@@ -170,6 +170,11 @@ type Config struct {
 	NewTransport func(Target, *Config) Transport
 	// Logger receives health transitions. If nil, slog.Default().
 	Logger *slog.Logger
+	// Inherit, if not nil, is the pool this one replaces (a reload that changed its
+	// settings): each target of the same URL starts with that target's health,
+	// ejection, latencies and counters, and the pool with its retry and duration
+	// counters, instead of anew.
+	Inherit *Pool
 }
 
 // Pool proxies requests to a set of targets. Make it with New, stop it with Close.
@@ -227,6 +232,10 @@ func New(cfg Config) (*Pool, error) {
 		}
 		p.targets = append(p.targets, newTarget(i, t, cfg.NewTransport(t, &cfg)))
 	}
+	if old := cfg.Inherit; old != nil {
+		p.inherit(old)
+		p.cfg.Inherit = nil // not kept alive by the new pool
+	}
 	if cfg.Health != nil {
 		for _, t := range p.targets {
 			p.wg.Add(1)
@@ -234,6 +243,23 @@ func New(cfg Config) (*Pool, error) {
 		}
 	}
 	return p, nil
+}
+
+// inherit gives p's targets the state of old's of the same URL, before p serves.
+func (p *Pool) inherit(old *Pool) {
+	byURL := make(map[string]*target, len(old.targets))
+	for _, t := range old.targets {
+		byURL[t.url.String()] = t
+	}
+	for _, t := range p.targets {
+		if o := byURL[t.url.String()]; o != nil {
+			// A verdict only where something here can end it: active checks'
+			// where p checks, an ejection where p ejects.
+			t.inherit(o, p.cfg.Health != nil, p.cfg.Passive.Failures)
+		}
+	}
+	p.stats.retries.Store(old.stats.retries.Load())
+	p.stats.duration.copyFrom(&old.stats.duration)
 }
 
 // Name returns the pool's name.

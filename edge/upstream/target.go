@@ -50,6 +50,27 @@ func newTarget(i int, t Target, rt Transport) *target {
 	return &target{index: i, url: t.URL, dial: dial, key: key, weight: t.Weight, rt: rt, hash: hash64(key)}
 }
 
+// inherit gives t, not serving yet, o's latencies and counters, and its active checks'
+// verdict (checks) and passive ejection (failures > 0: the failures that eject here).
+func (t *target) inherit(o *target, checks bool, failures int) {
+	o.mu.Lock()
+	if checks {
+		t.activeDown.Store(o.activeDown.Load())
+		t.checkRun = o.checkRun
+	}
+	if failures > 0 {
+		t.ejectedUntil.Store(o.ejectedUntil.Load())
+		t.probation.Store(o.probation.Load())
+		t.failures = append([]int64(nil), o.failures[max(len(o.failures)-failures, 0):]...)
+	}
+	t.latencies, t.latN = o.latencies, o.latN
+	o.mu.Unlock()
+	for i := range t.stats.codes {
+		t.stats.codes[i].Store(o.stats.codes[i].Load())
+	}
+	t.stats.errors.Store(o.stats.errors.Load())
+}
+
 // available reports whether the target may be sent requests now.
 func (t *target) available(now int64) bool {
 	return !t.activeDown.Load() && now >= t.ejectedUntil.Load()
