@@ -3,11 +3,11 @@ package edge
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/h3serve"
+	"github.com/h3edge/h3edge/edge/upstream"
 )
 
 // chain composes the middleware every request passes through, on all three protocols.
@@ -89,7 +89,7 @@ func tooEarly(next step) step {
 // another request line.
 func headerLimit(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
-		if !isToken(r.Method) {
+		if !upstream.ValidMethod(r.Method) {
 			answer.Problem(w, r, http.StatusBadRequest, "Bad Request", "the request method is not a token (RFC 9110 §9.1)")
 			return
 		}
@@ -106,20 +106,6 @@ func headerLimit(next step) step {
 		}
 		next(w, r, now)
 	}
-}
-
-// isToken reports whether s is an RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // headerSize is the size of the header section as HTTP/2 and HTTP/3 count it (RFC 9113

@@ -142,6 +142,11 @@ func plainHost(host string) bool {
 	return true
 }
 
+// ValidMethod reports whether m is a method a request line can carry: an RFC 9110
+// token (§9.1). The edge refuses others before any route (Go's HTTP/2 server takes
+// any field value as :method).
+func ValidMethod(m string) bool { return validFieldName(m) }
+
 // validFieldName is httpguts.ValidHeaderFieldName: a non-empty RFC 9110 token.
 func validFieldName(k string) bool {
 	if k == "" {
