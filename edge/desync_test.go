@@ -256,3 +256,25 @@ func TestNoH2CUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// An origin's undeclared trailers reach an HTTP/1.1 client without hop-by-hop fields
+// (HTTP/2's and HTTP/3's servers drop those themselves).
+func TestUndeclaredTrailersWithoutHopByHop(t *testing.T) {
+	o := startHeadOrigin(t, func(string) string {
+		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: v\r\nConnection: close\r\nKeep-Alive: timeout=5\r\n\r\n"
+	})
+	e := startEdge(t, func(c *config.Config) { c.Upstream = o.url() })
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		req, _ := http.NewRequest("GET", e.url+"/", nil)
+		req.Header.Set("Te", "trailers")
+		resp, err := clientFor(t, proto).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Trailer.Get("X-T") != "v" || resp.Trailer["Connection"] != nil || resp.Trailer["Keep-Alive"] != nil {
+			t.Errorf("%s: trailers %v, want X-T alone", proto, resp.Trailer)
+		}
+	}
+}

@@ -191,6 +191,9 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for k, vv := range res.Trailer { // some undeclared: all by the prefix
+		if isHopHeader(k) {
+			continue // HTTP/2's and HTTP/3's servers drop it; net/http's HTTP/1.1 one would send it
+		}
 		k = http.TrailerPrefix + k
 		for _, v := range vv {
 			h.Add(k, v)
