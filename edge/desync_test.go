@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
@@ -275,6 +277,56 @@ func TestUndeclaredTrailersWithoutHopByHop(t *testing.T) {
 		resp.Body.Close()
 		if resp.Trailer.Get("X-T") != "v" || resp.Trailer["Connection"] != nil || resp.Trailer["Keep-Alive"] != nil {
 			t.Errorf("%s: trailers %v, want X-T alone", proto, resp.Trailer)
+		}
+	}
+}
+
+// Address fields a client chose (X-Real-IP and the like, X-Forwarded-* beyond the
+// three the edge sets, CGI-style underscore spellings) do not reach the origin from an
+// untrusted peer; from a trusted proxy they do.
+func TestClientAddrFieldsOnlyFromTrustedProxies(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(r.Header)
+	}))
+	t.Cleanup(up.Close)
+	spoof := map[string]string{
+		"X-Real-Ip": "203.0.113.66", "True-Client-Ip": "203.0.113.66", "X-Client-Ip": "203.0.113.66",
+		"X-Forwarded-Port": "1", "X-Forwarded-Ssl": "off", "X_Forwarded_For": "203.0.113.66", "X_Real_Ip": "203.0.113.66",
+	}
+	for _, trusted := range []bool{false, true} {
+		e := startEdge(t, func(c *config.Config) {
+			c.Upstream = up.URL
+			if trusted {
+				c.TrustedProxies = []string{"127.0.0.0/8"}
+			}
+		})
+		for _, p := range protos {
+			req, _ := http.NewRequest("GET", e.url+"/x", nil)
+			for k, v := range spoof {
+				req.Header[k] = []string{v}
+			}
+			resp, err := clientFor(t, p.name).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got http.Header
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range spoof {
+				seen := false // names with '_' are not canonicalised alike by every server
+				for gk, gv := range got {
+					seen = seen || strings.EqualFold(gk, k) && len(gv) > 0 && gv[0] == v
+				}
+				if seen != trusted {
+					t.Errorf("%s, trusted peer %v: the origin got %s: %v", p.name, trusted, k, seen)
+				}
+			}
+			if got.Get("X-Forwarded-Proto") != "https" {
+				t.Errorf("%s: X-Forwarded-Proto %q", p.name, got.Get("X-Forwarded-Proto"))
+			}
 		}
 	}
 }

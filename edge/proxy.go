@@ -36,13 +36,25 @@ func (s *Server) buildOrigin(cfg *config.Config, prev *routing) (http.Handler, *
 // forwarded returns the Rewrite step that rebuilds the forwarded fields from the real
 // peer: X-Forwarded-For keeps an incoming chain only when the peer is a trusted proxy,
 // of the prefixes trusted returns (those in force: a reload that changes them leaves
-// the pools as they are).
+// the pools as they are), and only such a peer's other address fields (X-Real-IP and
+// the rest the pool drops: upstream.ClientAddrField) reach the origin.
 func forwarded(trusted func() []netip.Prefix) func(out, in *http.Request) {
 	return func(out, in *http.Request) {
 		peer := identity.PeerAddr(in).String()
 		xff := peer
-		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 && identity.Contains(trusted(), identity.PeerAddr(in)) {
-			xff = joinComma(prior) + ", " + peer
+		if ts := trusted(); len(ts) > 0 && identity.Contains(ts, identity.PeerAddr(in)) {
+			if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
+				xff = joinComma(prior) + ", " + peer
+			}
+			for k, vv := range in.Header {
+				switch k {
+				case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+				default:
+					if upstream.ClientAddrField(k) {
+						out.Header[k] = vv[:len(vv):len(vv)]
+					}
+				}
+			}
 		}
 		vs := []string{xff, in.Host} // one allocation; full slices, so an append copies
 		out.Header["X-Forwarded-For"] = vs[0:1:1]

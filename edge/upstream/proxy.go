@@ -219,14 +219,29 @@ func outHeader(in http.Header) http.Header {
 		if isHopHeader(k) {
 			continue
 		}
-		switch k {
-		case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
+		if ClientAddrField(k) {
 			continue
 		}
 		h[k] = vv[:len(vv):len(vv)]
 	}
 	dropConnectionNamed(h, in["Connection"])
 	return h
+}
+
+// ClientAddrField reports whether the field k (canonical) is one an origin may take a
+// client's address or scheme from: Forwarded, X-Forwarded-*, X-Real-Ip,
+// True-Client-Ip, X-Client-Ip, X-Cluster-Client-Ip, or one of them with '_' for '-'
+// (CGI-style origins read X_Forwarded_For as X-Forwarded-For). The pool drops them all;
+// Config.Rewrite sets the edge's own, and passes a trusted proxy's on.
+func ClientAddrField(k string) bool {
+	if strings.IndexByte(k, '_') >= 0 {
+		k = textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(k, "_", "-"))
+	}
+	switch k {
+	case "Forwarded", "X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "X-Cluster-Client-Ip":
+		return true
+	}
+	return strings.HasPrefix(k, "X-Forwarded-")
 }
 
 // isHopHeader reports whether the field k is hop-by-hop by name: RFC 9110 §7.6.1's and
