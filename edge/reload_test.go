@@ -504,6 +504,21 @@ func TestRefusedReloadClosesNewPools(t *testing.T) {
 	}
 }
 
+// goGet sends GET url on its own goroutine and then its status to codes (0: no
+// response).
+func goGet(c *http.Client, url string, codes chan<- int) {
+	go func() {
+		resp, err := c.Get(url)
+		if err != nil {
+			codes <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes <- resp.StatusCode
+	}()
+}
+
 // A reload replaces the access log without losing the line of a request in flight
 // across it.
 func TestReloadKeepsInflightAccessLines(t *testing.T) {
@@ -519,17 +534,8 @@ func TestReloadKeepsInflightAccessLines(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "access.log")
 	e, _ := startEdgeFile(t, fmt.Sprintf("%supstream: %s\naccess_log: {path: %s}\n", reloadBase, o.URL, path))
 	c := clientFor(t, "h2")
-	done := make(chan int)
-	go func() {
-		resp, err := c.Get(e.url + "/slow")
-		if err != nil {
-			done <- 0
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := make(chan int, 1)
+	goGet(c, e.url+"/slow", done)
 	<-arrived
 	if err := e.Reload(); err != nil {
 		t.Fatal(err)
@@ -613,18 +619,7 @@ func TestReloadConcurrencyQuotaKeepsHeld(t *testing.T) {
 	e, file := startEdgeFile(t, conf(2))
 	c := clientFor(t, "h2")
 	codes := make(chan int, 8)
-	get := func() {
-		go func() {
-			resp, err := c.Get(e.url + "/")
-			if err != nil {
-				codes <- 0
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			codes <- resp.StatusCode
-		}()
-	}
+	get := func() { goGet(c, e.url+"/", codes) }
 	get()
 	get()
 	<-arrived
