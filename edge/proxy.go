@@ -46,13 +46,9 @@ func forwarded(trusted func() []netip.Prefix) func(out, in *http.Request) {
 			if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
 				xff = joinComma(prior) + ", " + peer
 			}
-			for k, vv := range in.Header {
-				switch k {
-				case "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto":
-				default:
-					if upstream.ClientAddrField(k) {
-						out.Header[k] = vv[:len(vv):len(vv)]
-					}
+			for k, vv := range in.Header { // the three set below replace theirs
+				if k != "Forwarded" && upstream.ClientAddrField(k) {
+					out.Header[k] = vv[:len(vv):len(vv)]
 				}
 			}
 		}

@@ -558,12 +558,7 @@ func TestReloadKeepsInflightAccessLines(t *testing.T) {
 // Changing trusted_proxies applies to the pools' forwarded fields without building
 // them again: a target the pool ejected stays ejected.
 func TestReloadTrustedProxiesKeepsPools(t *testing.T) {
-	var badHits atomic.Int64
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		badHits.Add(1)
-		w.WriteHeader(503)
-	}))
-	t.Cleanup(bad.Close)
+	bad, badHits := failingOrigin(t)
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Header.Get("X-Forwarded-For"))
 	}))
@@ -675,6 +670,17 @@ func TestReloadRefusalsPlaced(t *testing.T) {
 	}
 }
 
+// failingOrigin answers 503 to everything, counting the requests.
+func failingOrigin(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var hits atomic.Int64
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(503)
+	}))
+	t.Cleanup(o.Close)
+	return o, &hits
+}
+
 // poolBase is reloadBase without its policies, for tests that send more requests.
 const poolBase = `
 listen: "127.0.0.1:0"
@@ -685,12 +691,7 @@ ip: {streams: {rate: 100000, burst: 100000}, connections: {rate: 100000, burst: 
 // A reload that changes a pool (here: a target added) builds it again, but the targets
 // it had keep their state: an ejected one stays ejected, and their counters go on.
 func TestReloadChangedPoolKeepsTargetState(t *testing.T) {
-	var badHits atomic.Int64
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		badHits.Add(1)
-		w.WriteHeader(503)
-	}))
-	t.Cleanup(bad.Close)
+	bad, badHits := failingOrigin(t)
 	good, added := startNamedOrigin(t, "good"), startNamedOrigin(t, "added")
 	conf := func(targets string) string {
 		return poolBase + fmt.Sprintf("upstreams:\n  api: {targets: [%s], retries: 0, passive: {failures: 1, within: 10s, eject: 1m}}\nroutes:\n  - {name: api, upstream: api}\n", targets)

@@ -79,7 +79,7 @@ func hasToken(v []string, token string) bool {
 // line is looked at. False: answered.
 func (w *response) admit() bool {
 	e := w.req.Header["Expect"]
-	if len(e) > 0 && httpguts.HeaderValuesContainsToken(e[:1], "100-continue") {
+	if len(e) > 0 && hasToken(e[:1], "100-continue") {
 		if w.req.ProtoAtLeast(1, 1) && w.req.ContentLength != 0 && w.body != nil {
 			w.canContinue.Store(true)
 		}

@@ -74,13 +74,9 @@ func (x *exchange) got1xx(code int, header textproto.MIMEHeader) error {
 	h := x.w.Header()
 	own := h.Clone()
 	clear(h)
-	in := http.Header(header)
+	in := http.Header(header) // this 1xx's own, used for nothing else
 	dropConnectionNamed(in, in["Connection"])
-	for k, vv := range in {
-		if !isHopHeader(k) {
-			h[k] = append([]string(nil), vv...)
-		}
-	}
+	moveHeader(h, in)
 	x.w.WriteHeader(code)
 	clear(h) // WriteHeader keeps a 1xx's fields in the map: they are not the response's
 	maps.Copy(h, own)
@@ -371,9 +367,6 @@ func isEventStream(ct []string) bool {
 // ReverseProxy does for Rewrite; and escapes a space or '#' (which HTTP/2's and
 // HTTP/3's servers let through in :path) that would end the request target early.
 func cleanQuery(s string) string {
-	if strings.ContainsAny(s, " #") {
-		s = targetEnders.Replace(s)
-	}
 	reencode := func(s string) string {
 		v, _ := url.ParseQuery(s)
 		return v.Encode()
@@ -383,6 +376,8 @@ func cleanQuery(s string) string {
 	}
 	for i := 0; i < len(s); {
 		switch s[i] {
+		case ' ', '#':
+			return cleanQuery(targetEnders.Replace(s)) // %20 and %23: the loop passes them
 		case ';':
 			return reencode(s)
 		case '%':
