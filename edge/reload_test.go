@@ -730,3 +730,40 @@ func TestReloadChangedPoolKeepsTargetState(t *testing.T) {
 		t.Error("the added target got no request")
 	}
 }
+
+// A request in flight on a pool that a reload builds again finishes on the old pool,
+// and counts in the new one's metrics: the target's counters are shared, not copied.
+func TestReloadCountsRequestsFinishingOnOldPool(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(arrived)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(o.Close)
+	conf := func(retries int) string {
+		return poolBase + fmt.Sprintf("upstreams:\n  api: {targets: [%s], retries: %d}\nroutes:\n  - {name: api, upstream: api}\n", o.URL, retries)
+	}
+	e, file := startEdgeFile(t, conf(0))
+	c := clientFor(t, "h2")
+	done := make(chan int, 1)
+	goGet(c, e.url+"/slow", done)
+	<-arrived
+	if err := os.WriteFile(file, []byte(conf(1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("/slow: %d", code)
+	}
+	do(t, c, "GET", e.url+"/after", nil, nil)
+	series := []string{"upstream", "api", "target", o.URL, "code", "200"}
+	if n := counterValue(t, e.Server, "h3edge_upstream_requests_total", series...); n != 2 {
+		t.Errorf("upstream_requests_total{target,code=200} = %v, want 2: /slow (finished on the old pool) and /after", n)
+	}
+}

@@ -173,7 +173,8 @@ type Config struct {
 	// Inherit, if not nil, is the pool this one replaces (a reload that changed its
 	// settings): each target of the same URL starts with that target's health,
 	// ejection, latencies and counters, and the pool with its retry and duration
-	// counters, instead of anew.
+	// counters, instead of anew. The counters are shared, not copied: requests still
+	// finishing on the old pool count in the new one's.
 	Inherit *Pool
 }
 
@@ -184,7 +185,7 @@ type Pool struct {
 	targets []*target
 	log     *slog.Logger
 	budget  retryBudget
-	stats   poolStats
+	stats   *poolStats // shared with the pool it replaces (Config.Inherit)
 	rr      smoothRR
 	host    string // "upstream." + Name: the outgoing URL's host until a try picks the target
 
@@ -221,7 +222,7 @@ func New(cfg Config) (*Pool, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Pool{cfg: cfg, log: log.With("component", "upstream", "upstream", cfg.Name), host: "upstream." + cfg.Name}
+	p := &Pool{cfg: cfg, stats: new(poolStats), log: log.With("component", "upstream", "upstream", cfg.Name), host: "upstream." + cfg.Name}
 	p.ctx, p.stop = context.WithCancel(context.Background())
 	for i, t := range cfg.Targets {
 		if t.URL == nil || t.URL.Host == "" {
@@ -258,8 +259,7 @@ func (p *Pool) inherit(old *Pool) {
 			t.inherit(o, p.cfg.Health != nil, p.cfg.Passive.Failures)
 		}
 	}
-	p.stats.retries.Store(old.stats.retries.Load())
-	p.stats.duration.copyFrom(&old.stats.duration)
+	p.stats = old.stats
 }
 
 // Name returns the pool's name.

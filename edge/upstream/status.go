@@ -23,14 +23,6 @@ type histogram struct {
 	sum    atomic.Int64                            // nanoseconds
 }
 
-// copyFrom sets h to o's counts (h not in use yet).
-func (h *histogram) copyFrom(o *histogram) {
-	for i := range h.counts {
-		h.counts[i].Store(o.counts[i].Load())
-	}
-	h.sum.Store(o.sum.Load())
-}
-
 func (h *histogram) observe(d time.Duration) {
 	i := 0
 	for i < len(durationBounds) && d > durationBounds[i] {

@@ -35,7 +35,7 @@ type target struct {
 	latencies [latencyRing]time.Duration
 	latN      int // latencies recorded, ever
 
-	stats targetStats
+	stats *targetStats // shared with the target it replaces across a reload (inherit)
 }
 
 // latencyRing is how many recent response times a target keeps for its p99.
@@ -47,10 +47,10 @@ func newTarget(i int, t Target, rt Transport) *target {
 		dial.Scheme = "http"
 	}
 	key := t.URL.Scheme + "://" + t.URL.Host
-	return &target{index: i, url: t.URL, dial: dial, key: key, weight: t.Weight, rt: rt, hash: hash64(key)}
+	return &target{index: i, url: t.URL, dial: dial, key: key, weight: t.Weight, rt: rt, hash: hash64(key), stats: new(targetStats)}
 }
 
-// inherit gives t, not serving yet, o's latencies and counters, and its active checks'
+// inherit gives t, not serving yet, o's latencies and counters (shared), and its active checks'
 // verdict (checks) and passive ejection (failures > 0: the failures that eject here).
 func (t *target) inherit(o *target, checks bool, failures int) {
 	o.mu.Lock()
@@ -65,10 +65,9 @@ func (t *target) inherit(o *target, checks bool, failures int) {
 	}
 	t.latencies, t.latN = o.latencies, o.latN
 	o.mu.Unlock()
-	for i := range t.stats.codes {
-		t.stats.codes[i].Store(o.stats.codes[i].Load())
-	}
-	t.stats.errors.Store(o.stats.errors.Load())
+	// The counters are o's, not a copy: the requests still finishing on o count
+	// where the status and metrics read them.
+	t.stats = o.stats
 }
 
 // available reports whether the target may be sent requests now.
