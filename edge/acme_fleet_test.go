@@ -2,6 +2,8 @@ package edge
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/pem"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,8 @@ import (
 // serve the same certificate (same serial) within 10 s. Pebble validates on the first
 // edge's port only, and the first edge starts serving only once another holds the
 // ordering lock: it answers the challenge of an order it did not place, from the
-// shared storage. Everything lives under h3edge:acme:, and no private key is logged.
+// shared storage. Everything lives under h3edge:acme:, and no private key is logged,
+// not even at Debug.
 func TestACMEFleet(t *testing.T) {
 	r := testkit.StartRedis(t)
 	ca := newPebble(t)
@@ -79,9 +82,37 @@ func TestACMEFleet(t *testing.T) {
 	if acmeKeys < 3 { // at least the certificate, its key and the index
 		t.Fatalf("only %d keys under %s: %q", acmeKeys, acmeKeyPrefix, keys)
 	}
+	// Not even a piece of one: the base64 of each private key in the storage,
+	// looked for in every edge's log, certmagic's Debug lines included.
+	var secrets []string
+	for _, k := range keys {
+		v, _ := rc.HGet(context.Background(), k, "v").Bytes() // a blob's bytes (redisstore.Blobs)
+		for rest := v; ; {
+			var b *pem.Block
+			if b, rest = pem.Decode(rest); b == nil {
+				break
+			}
+			if strings.Contains(b.Type, "PRIVATE KEY") {
+				enc := base64.StdEncoding.EncodeToString(b.Bytes)
+				secrets = append(secrets, enc[len(enc)/2:len(enc)/2+24])
+			}
+		}
+	}
+	if len(secrets) < 2 { // the ACME account's key and the certificate's
+		t.Fatalf("%d private keys found in the storage, want at least 2", len(secrets))
+	}
 	for i, e := range edges {
-		if strings.Contains(e.log.String(), "PRIVATE KEY") {
+		log := e.log.String()
+		if !strings.Contains(log, "level=DEBUG") {
+			t.Fatalf("edge %d's log has no Debug line: the check below would see nothing of certmagic's", i)
+		}
+		if strings.Contains(log, "PRIVATE KEY") {
 			t.Fatalf("edge %d logged a private key", i)
+		}
+		for _, s := range secrets {
+			if strings.Contains(log, s) {
+				t.Fatalf("edge %d logged a piece of a private key (%s…)", i, s[:8])
+			}
 		}
 	}
 }

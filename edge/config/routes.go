@@ -191,7 +191,7 @@ func ParseTarget(s string) (Target, error) {
 		return t, fmt.Errorf("must be an absolute %s URL such as http://10.0.0.1:9000 (got %q)", oneOf(targetSchemes), clip(s))
 	}
 	if u.User != nil {
-		return t, fmt.Errorf("must not carry a user or password (got %q)", clip(s))
+		return t, fmt.Errorf("must not carry a user or password (got %q)", clip(u.Redacted()))
 	}
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.ForceQuery {
 		return t, fmt.Errorf("must be scheme://host:port only: a target has no path or query; use a route's strip_prefix, or put the path in the request (got %q)", clip(s))

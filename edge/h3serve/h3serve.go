@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,9 +153,14 @@ type Config struct {
 }
 
 // New returns a Server of srv's handler and settings. It wraps srv.ConnContext, so
-// that each connection's context tells Begin where its request streams are.
+// that each connection's context tells Begin where its request streams are, and
+// srv.Logger, so that quic-go's Debug line of each request names its target without
+// the query, which may carry an API key (queryless).
 func New(srv *http3.Server, c Config) *Server {
 	h := &Server{srv: srv, c: c, conns: map[*h3Conn]struct{}{}, work: make(chan job), done: make(chan struct{})}
+	if srv.Logger != nil {
+		srv.Logger = slog.New(queryless{srv.Logger.Handler()})
+	}
 	outer := srv.ConnContext
 	srv.ConnContext = func(ctx context.Context, conn *quic.Conn) context.Context {
 		if c, ok := h.opening.Load(conn); ok {
@@ -454,3 +460,32 @@ func requestStream(r *http.Request) *quic.Stream {
 func LiftReadDeadline(w http.ResponseWriter) {
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
+
+// queryless is the slog.Handler of quic-go's http3 server: it cuts the query from the
+// request target of the Debug line quic-go logs for every request (its attribute
+// "uri"), as the access log does, since a query may carry a client's API key.
+type queryless struct{ slog.Handler }
+
+func (h queryless) Handle(ctx context.Context, r slog.Record) error {
+	cut := false
+	r.Attrs(func(a slog.Attr) bool {
+		cut = a.Key == "uri" && strings.Contains(a.Value.String(), "?")
+		return !cut
+	})
+	if !cut {
+		return h.Handler.Handle(ctx, r)
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "uri" {
+			path, _, _ := strings.Cut(a.Value.String(), "?")
+			a = slog.String(a.Key, path)
+		}
+		out.AddAttrs(a)
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h queryless) WithAttrs(as []slog.Attr) slog.Handler { return queryless{h.Handler.WithAttrs(as)} }
+func (h queryless) WithGroup(name string) slog.Handler    { return queryless{h.Handler.WithGroup(name)} }
