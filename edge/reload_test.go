@@ -519,11 +519,11 @@ func goGet(c *http.Client, url string, codes chan<- int) {
 	}()
 }
 
-// A reload replaces the access log without losing the line of a request in flight
-// across it.
-func TestReloadKeepsInflightAccessLines(t *testing.T) {
-	arrived, release := make(chan struct{}), make(chan struct{})
-	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// slowOrigin answers "ok", and holds /slow once: arrived is closed when it comes,
+// and it is answered once release is closed.
+func slowOrigin(t *testing.T) (o *httptest.Server, arrived, release chan struct{}) {
+	arrived, release = make(chan struct{}), make(chan struct{})
+	o = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			close(arrived)
 			<-release
@@ -531,12 +531,20 @@ func TestReloadKeepsInflightAccessLines(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(o.Close)
-	path := filepath.Join(t.TempDir(), "access.log")
-	e, _ := startEdgeFile(t, fmt.Sprintf("%supstream: %s\naccess_log: {path: %s}\n", reloadBase, o.URL, path))
-	c := clientFor(t, "h2")
+	return o, arrived, release
+}
+
+// reloadAcrossSlow sends GET /slow to a slowOrigin through e, and once the origin
+// holds it runs change (if not nil) and reloads e; then it lets /slow be answered,
+// wants 200, and sends GET /after.
+func reloadAcrossSlow(t *testing.T, e *testEdge, c *http.Client, arrived, release chan struct{}, change func()) {
+	t.Helper()
 	done := make(chan int, 1)
 	goGet(c, e.url+"/slow", done)
 	<-arrived
+	if change != nil {
+		change()
+	}
 	if err := e.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -545,6 +553,16 @@ func TestReloadKeepsInflightAccessLines(t *testing.T) {
 		t.Fatalf("/slow: %d", code)
 	}
 	do(t, c, "GET", e.url+"/after", nil, nil)
+}
+
+// A reload replaces the access log without losing the line of a request in flight
+// across it.
+func TestReloadKeepsInflightAccessLines(t *testing.T) {
+	o, arrived, release := slowOrigin(t)
+	path := filepath.Join(t.TempDir(), "access.log")
+	e, _ := startEdgeFile(t, fmt.Sprintf("%supstream: %s\naccess_log: {path: %s}\n", reloadBase, o.URL, path))
+	c := clientFor(t, "h2")
+	reloadAcrossSlow(t, e, c, arrived, release, nil)
 	e.Close()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -734,34 +752,17 @@ func TestReloadChangedPoolKeepsTargetState(t *testing.T) {
 // A request in flight on a pool that a reload builds again finishes on the old pool,
 // and counts in the new one's metrics: the target's counters are shared, not copied.
 func TestReloadCountsRequestsFinishingOnOldPool(t *testing.T) {
-	arrived, release := make(chan struct{}), make(chan struct{})
-	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			close(arrived)
-			<-release
-		}
-		io.WriteString(w, "ok")
-	}))
-	t.Cleanup(o.Close)
+	o, arrived, release := slowOrigin(t)
 	conf := func(retries int) string {
 		return poolBase + fmt.Sprintf("upstreams:\n  api: {targets: [%s], retries: %d}\nroutes:\n  - {name: api, upstream: api}\n", o.URL, retries)
 	}
 	e, file := startEdgeFile(t, conf(0))
 	c := clientFor(t, "h2")
-	done := make(chan int, 1)
-	goGet(c, e.url+"/slow", done)
-	<-arrived
-	if err := os.WriteFile(file, []byte(conf(1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	if code := <-done; code != 200 {
-		t.Fatalf("/slow: %d", code)
-	}
-	do(t, c, "GET", e.url+"/after", nil, nil)
+	reloadAcrossSlow(t, e, c, arrived, release, func() {
+		if err := os.WriteFile(file, []byte(conf(1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 	series := []string{"upstream", "api", "target", o.URL, "code", "200"}
 	if n := counterValue(t, e.Server, "h3edge_upstream_requests_total", series...); n != 2 {
 		t.Errorf("upstream_requests_total{target,code=200} = %v, want 2: /slow (finished on the old pool) and /after", n)
