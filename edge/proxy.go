@@ -73,7 +73,8 @@ var (
 
 // proxyError maps a failed upstream exchange to 504 (timeout) or 502 (anything else),
 // and logs why (sampled: a dead upstream fails every request). A client that went away
-// gets nothing: there is nobody to answer. A body that body_read_timeout ended gets
+// gets nothing: there is nobody to answer. A route's max_duration that passed before
+// the upstream answered is 504, as the upstream's own timeout is. A body that body_read_timeout ended gets
 // 408 first: on HTTP/1.1 the read deadline that ended it also ends the request's
 // context, yet the client is there to read the answer.
 func proxyError(w http.ResponseWriter, r *http.Request, err error) {
@@ -81,7 +82,10 @@ func proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		writeBodyTimeout(w, r)
 		return
 	}
-	if r.Context().Err() != nil {
+	if err := r.Context().Err(); err != nil {
+		if err == context.DeadlineExceeded { // the route's max_duration, before any answer
+			answer.Problem(w, r, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer within the route's max_duration")
+		}
 		return
 	}
 	if enforce.BodyCutOff(r) {

@@ -576,3 +576,26 @@ func TestHashByClientKey(t *testing.T) {
 		t.Errorf("30 keys reached %v, want all 3 targets", used)
 	}
 }
+
+// A route's max_duration that passes before the upstream answers is a 504 on every
+// protocol, not an empty 200.
+func TestMaxDurationBeforeAnswerIs504(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+		io.WriteString(w, "late")
+	}))
+	t.Cleanup(o.Close)
+	e := startEdge(t, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"api": {Targets: []string{o.URL}}}
+		c.Routes = []config.Route{{Name: "api", Upstream: "api", MaxDuration: 200 * time.Millisecond}}
+	})
+	for _, p := range protos {
+		resp, body := do(t, clientFor(t, p.name), "GET", e.url+"/report", nil, nil)
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Errorf("%s: %d %q, want 504", p.name, resp.StatusCode, body)
+		}
+	}
+}

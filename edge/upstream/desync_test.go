@@ -251,3 +251,38 @@ func TestNoResendOfNonIdempotent(t *testing.T) {
 		})
 	}
 }
+
+// A response header without end is read to 1 MiB, not into memory for ever: 502, and
+// the origin's writes stop there. The 1xx responses before it count in the same bound.
+func TestEndlessResponseHeader(t *testing.T) {
+	for _, start := range []string{"HTTP/1.1 200 OK\r\nX-Big: ", strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", 5) + "HTTP/1.1 200 OK\r\nX-Big: "} {
+		sent := make(chan int64, 1)
+		origin := rawOrigin(t, func(_ int, c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, start)
+			var n int64
+			chunk := []byte(strings.Repeat("a", 64<<10))
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second)) // bounded, whatever the edge does
+			for n < 64<<20 {
+				k, err := c.Write(chunk)
+				n += int64(k)
+				if err != nil {
+					break
+				}
+			}
+			sent <- n
+		})
+		url := front(t, newPool(t, Config{Targets: []Target{tgt(t, origin, 1)}}))
+		c := &http.Client{}
+		t.Cleanup(c.CloseIdleConnections)
+		if _, code := get(t, c, mustReq(t, "GET", url+"/", nil)); code != http.StatusBadGateway {
+			t.Errorf("an endless response header: %d, want 502", code)
+		}
+		// What the kernel's buffers took beyond what the edge read is a few MiB on loopback.
+		if n := <-sent; n > 16<<20 {
+			t.Errorf("the origin wrote %d MiB of one header before the edge stopped reading", n>>20)
+		}
+	}
+}

@@ -412,6 +412,7 @@ type h1Conn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	nread     int64 // bytes read during the current request
+	inHead    bool  // the response header is being read: nread is bounded (maxResponseHeaderBytes)
 	idleSince time.Time
 	abort     func()               // the watch's action: fail the read or write in progress
 	peek      func() (bool, error) // alive's question to the socket (newPeek)
@@ -443,10 +444,21 @@ func newH1Conn(c *h1Client, nc net.Conn) *h1Conn {
 type readCounter struct{ pc *h1Conn }
 
 func (r readCounter) Read(p []byte) (int, error) {
+	if r.pc.inHead && r.pc.nread >= maxResponseHeaderBytes {
+		return 0, errResponseHeaderTooLarge
+	}
 	n, err := r.pc.nc.Read(p)
 	r.pc.nread += int64(n)
 	return n, err
 }
+
+// maxResponseHeaderBytes bounds what an exchange reads before its final response
+// header has ended, 1xx responses included: an origin that sends a header without
+// end is not read into memory for ever (net/http's Transport stops at 10 MiB, nginx
+// at its proxy_buffer_size of 4-8 KiB). Past it the try fails: 502.
+const maxResponseHeaderBytes = 1 << 20
+
+var errResponseHeaderTooLarge = errors.New("upstream: response header over 1 MiB")
 
 // aLongTimeAgo is a deadline in the past: it fails the blocked read or write at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -505,7 +517,9 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 	var trace *httptrace.ClientTrace
 	n1xx := 0
 	for {
+		pc.inHead = true
 		resp, err := readResponse(pc.br, req)
+		pc.inHead = false
 		if err != nil {
 			return fail(err)
 		}
