@@ -466,3 +466,52 @@ func TestMaxConnections(t *testing.T) {
 		t.Errorf("%d connections open at once to the target, want 1", p)
 	}
 }
+
+// Passive ejection counts the answers that say a target cannot serve (502, 503, 504),
+// not an application's 500, and only in a row: one broken endpoint, hit now and then
+// or in a burst, does not take the pool's targets out.
+func TestPassiveEjectionCountsGatewayFailuresInARow(t *testing.T) {
+	var failWith atomic.Int32
+	var targets []Target
+	for range 3 {
+		o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/broken" {
+				w.WriteHeader(int(failWith.Load()))
+			}
+		}))
+		t.Cleanup(o.Close)
+		targets = append(targets, tgt(t, o.URL, 1))
+	}
+	p := newPool(t, Config{Targets: targets, Retries: 0, Passive: Passive{Failures: 3, Within: time.Minute, Eject: time.Minute}})
+	url := front(t, p)
+	c := &http.Client{}
+	t.Cleanup(c.CloseIdleConnections)
+	ejected := func() (n int) {
+		for _, ts := range p.Stats().Targets {
+			if ts.State == "ejected" {
+				n++
+			}
+		}
+		return n
+	}
+	failWith.Store(500)
+	for range 30 { // 10 per target in a row
+		get(t, c, mustReq(t, "GET", url+"/broken", nil))
+	}
+	if n := ejected(); n != 0 {
+		t.Fatalf("%d targets ejected by an endpoint's 500s", n)
+	}
+	failWith.Store(503)
+	for i := range 60 { // each target: a 503, then a success, 10 times over
+		get(t, c, mustReq(t, "GET", url+map[bool]string{true: "/broken", false: "/ok"}[i%6 < 3], nil))
+	}
+	if n := ejected(); n != 0 {
+		t.Fatalf("%d targets ejected by 503s with successes between", n)
+	}
+	for range 9 { // 3 in a row for each
+		get(t, c, mustReq(t, "GET", url+"/broken", nil))
+	}
+	if n := ejected(); n != 3 {
+		t.Fatalf("%d targets ejected after 3 503s in a row each, want 3", n)
+	}
+}

@@ -162,7 +162,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 	t.observe(elapsed)
 	p.stats.duration.observe(elapsed)
 	t.stats.count(resp.StatusCode)
-	if resp.StatusCode >= 500 {
+	if gatewayFailure(resp.StatusCode) {
 		if p.failed(t, now) {
 			p.log.Warn("target ejected", "target", t.key, "reason", resp.Status, "for", p.cfg.Passive.Eject)
 		}
@@ -224,6 +224,15 @@ type deadlineTransport interface {
 }
 
 // failed records a failure of t, reporting whether it ejected t.
+// gatewayFailure tells the answers that count toward a passive ejection, as the
+// connection errors and timeouts do: 502, 503 and 504 say the target (or what is
+// behind it) cannot serve. A 500 or another 5xx is the application's answer about one
+// request — one broken endpoint must not take a healthy target, and with it the pool,
+// out of rotation.
+func gatewayFailure(code int) bool {
+	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
+}
+
 func (p *Pool) failed(t *target, now int64) bool {
 	return t.fail(p.cfg.Passive, now)
 }

@@ -26,11 +26,13 @@ type target struct {
 	activeDown   atomic.Bool
 	ejectedUntil atomic.Int64
 	probation    atomic.Bool
+	// failing is set while failures holds any: a success then takes mu to clear them.
+	failing atomic.Bool
 
 	// mu guards the failure times of passive ejection, the active checks' runs and
 	// the latency ring.
 	mu        sync.Mutex
-	failures  []int64 // UnixNano of recent failures, oldest first, at most Passive.Failures
+	failures  []int64 // UnixNano of the failures since the last success, oldest first, at most Passive.Failures
 	checkRun  int     // > 0: successes in a row; < 0: failures in a row
 	latencies [latencyRing]time.Duration
 	latN      int // latencies recorded, ever
@@ -62,6 +64,7 @@ func (t *target) inherit(o *target, checks bool, failures int) {
 		t.ejectedUntil.Store(o.ejectedUntil.Load())
 		t.probation.Store(o.probation.Load())
 		t.failures = append([]int64(nil), o.failures[max(len(o.failures)-failures, 0):]...)
+		t.failing.Store(len(t.failures) > 0)
 	}
 	t.latencies, t.latN = o.latencies, o.latN
 	o.mu.Unlock()
@@ -115,8 +118,9 @@ func (t *target) p99() time.Duration {
 	return ds[(n*99+99)/100-1]
 }
 
-// fail records a failed request (connect error, timeout, reset, 5xx) at now and
-// reports whether it ejected the target.
+// fail records a failed request (connect error, timeout, reset, 502, 503, 504) at now
+// and reports whether it ejected the target: Passive.Failures of them in a row (no
+// success between) within Passive.Within.
 func (t *target) fail(p Passive, now int64) bool {
 	if p.Failures <= 0 {
 		return false
@@ -140,17 +144,26 @@ func (t *target) fail(p Passive, now int64) bool {
 	t.failures = append(t.failures[:0], t.failures[i:]...)
 	t.failures = append(t.failures, now)
 	if len(t.failures) < p.Failures {
+		t.failing.Store(true)
 		return false
 	}
 	t.failures = t.failures[:0]
+	t.failing.Store(false)
 	t.ejectedUntil.Store(now + int64(p.Eject))
 	t.probation.Store(true)
 	return true
 }
 
 // succeed records a successful request or check at now and reports whether it ended
-// the target's probation.
+// the target's probation. It clears the failures counted toward an ejection: they
+// must come in a row.
 func (t *target) succeed(now int64) bool {
+	if t.failing.Load() {
+		t.mu.Lock()
+		t.failures = t.failures[:0]
+		t.failing.Store(false)
+		t.mu.Unlock()
+	}
 	if !t.probation.Load() || now < t.ejectedUntil.Load() {
 		return false
 	}
