@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -25,6 +26,9 @@ import (
 //     a stream (MadeYouReset: WINDOW_UPDATE of 0, DATA after END_STREAM, PRIORITY on
 //     itself), may exceed the streams completed by at most resetSlack. A browser
 //     cancels a few streams per page; a Rapid Reset client cancels all of them.
+//     A RST_STREAM on a stream the server has answered and not ended yet (a gRPC
+//     call, a download, a long poll given up) is not counted: it cancels work the
+//     server has started to deliver, which a Rapid Reset does not wait for.
 //     Charged: every reset over the completed count — a reset stream is a refused
 //     request, as a 429 is (with the default abuse: one such connection bans).
 //   - CONTINUATION frames: at most maxContinuations in one header section, at most
@@ -42,7 +46,10 @@ import (
 //   - empty frames (DATA without payload or END_STREAM, HEADERS or CONTINUATION without
 //     payload or END_HEADERS) and control frames (SETTINGS, PING, PRIORITY without ACK):
 //     each in a token bucket of frameBurst refilled at frameRate per second.
-//     Clients send a SETTINGS frame or two, PINGs every few seconds at most.
+//     Clients send a SETTINGS frame or two, PINGs every few seconds at most — but for
+//     a PING that follows DATA or HEADERS the server wrote, which costs nothing:
+//     gRPC clients send one after each burst of data they receive, to size their
+//     window (grpc-go's BDP estimation; gRPC servers let those through the same way).
 //     Charged: abuseCharge rejections, so a source banned on its fifth attempt
 //     within abuse.within (with the default abuse.rejections of 50).
 const (
@@ -85,6 +92,16 @@ type abuse struct {
 	// completed counts the connection's requests whose handler returned without the
 	// stream being reset, written by the handler goroutines (Completions).
 	completed atomic.Int64
+	// sent is set by the writing goroutine when the server writes DATA or HEADERS,
+	// and cleared by the next PING from the client, which that PING does not cost.
+	sent atomic.Bool
+	// mu guards open: the streams whose response header the server has written and
+	// which it has not ended (END_STREAM, RST_STREAM), written by the writing
+	// goroutine (wrote). A client's RST_STREAM on one of those cancels a request that
+	// was answered — a gRPC call or a download given up — not one that cost the server
+	// a handler for nothing, and is not counted as a reset.
+	mu   sync.Mutex
+	open map[uint32]struct{}
 
 	resets   int64  // RST_STREAM from the client, and frames that make the server reset
 	lastID   uint32 // the highest stream ID the client opened
@@ -170,9 +187,14 @@ func (a *abuse) frame(typ, flags uint8, n int, id uint32) {
 			a.abused = "empty frames"
 		}
 	case frameRSTStream:
-		a.reset()
+		if !a.answered(id) {
+			a.reset()
+		}
 	case frameSettings, framePing:
-		if flags&flagAck == 0 && !a.control.take(time.Now()) {
+		if flags&flagAck != 0 || typ == framePing && a.sent.Swap(false) {
+			break // a PING after data the server sent: gRPC clients measure the link so
+		}
+		if !a.control.take(time.Now()) {
 			a.abused = "SETTINGS or PING flood"
 		}
 	case framePriority:
@@ -232,6 +254,40 @@ func (a *abuse) wasEnded(id uint32) bool {
 		}
 	}
 	return false
+}
+
+// answered reports whether the server had answered stream id and not ended it, and
+// forgets it: the client's RST_STREAM ends it.
+func (a *abuse) answered(id uint32) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.open[id]
+	delete(a.open, id)
+	return ok
+}
+
+// wrote notes a frame the server writes: typ, flags, stream id.
+func (a *abuse) wrote(typ, flags uint8, id uint32) {
+	switch typ {
+	case frameData, frameHeaders:
+		a.sent.Store(true)
+	case frameRSTStream:
+	default:
+		return
+	}
+	if id == 0 || typ == frameData && flags&flagEndStream == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if typ == frameHeaders && flags&flagEndStream == 0 {
+		if a.open == nil {
+			a.open = make(map[uint32]struct{})
+		}
+		a.open[id] = struct{}{}
+	} else {
+		delete(a.open, id)
+	}
 }
 
 // reset counts a reset stream and judges the connection by it.

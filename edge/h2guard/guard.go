@@ -118,6 +118,13 @@ type Conn struct {
 	wrote        int
 	slow         func(addr netip.Addr, reason string) // Config.Slow
 	writeCharged bool                                 // the write timeout was charged (by the writing goroutine)
+
+	// The frames the server writes, followed by the writing goroutine (followWrite):
+	// wstate as state, wskip as skip, wnhdr and whdr as nhdr and hdr.
+	wstate int8
+	wskip  int
+	wnhdr  int
+	whdr   [frameHeaderLen]byte
 }
 
 // Raw returns the connection under c (a Conn, a TLS connection, or one as accepted)

@@ -20,6 +20,9 @@ import (
 // is ended at no cost to it, so a source whose connections keep ending so is banned —
 // one client keeps a few connections to a host, ip.max_connections caps a source at 64.
 func (c *Conn) Write(p []byte) (int, error) {
+	if c.abuse.report != nil {
+		c.followWrite(p)
+	}
 	var d time.Duration
 	if c.writeTimeout != nil {
 		d = c.writeTimeout()
@@ -69,5 +72,37 @@ func (c *Conn) chargeWriteTimeout() {
 	c.writeCharged = true
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
 		c.slow(ap.Addr().Unmap(), ReasonWriteTimeout)
+	}
+}
+
+// followWrite follows the frames the server writes (p: the bytes of one Write), for
+// the abuse guard (abuse.wrote). On a connection that is not HTTP/2 it does nothing.
+func (c *Conn) followWrite(p []byte) {
+	if c.wstate == 0 {
+		c.wstate = -1
+		if c.ConnectionState().NegotiatedProtocol == "h2" {
+			c.wstate = 1
+		}
+	}
+	if c.wstate < 0 {
+		return
+	}
+	for len(p) > 0 {
+		if c.wskip > 0 {
+			k := min(c.wskip, len(p))
+			c.wskip -= k
+			p = p[k:]
+			continue
+		}
+		k := copy(c.whdr[c.wnhdr:], p)
+		c.wnhdr += k
+		p = p[k:]
+		if c.wnhdr < frameHeaderLen {
+			return
+		}
+		c.wnhdr = 0
+		h := &c.whdr
+		c.wskip = int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+		c.abuse.wrote(h[3], h[4], uint32(h[5]&0x7f)<<24|uint32(h[6])<<16|uint32(h[7])<<8|uint32(h[8]))
 	}
 }

@@ -1,0 +1,118 @@
+package edge
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/h3edge/h3edge/edge/config"
+)
+
+// streamService is grpc-go's interop TestService with the streaming calls a test
+// supplies.
+type streamService struct {
+	testgrpc.UnimplementedTestServiceServer
+	out    func(*testgrpc.StreamingOutputCallRequest, testgrpc.TestService_StreamingOutputCallServer) error
+	in     func(testgrpc.TestService_StreamingInputCallServer) error
+	duplex func(testgrpc.TestService_FullDuplexCallServer) error
+}
+
+func (s *streamService) StreamingOutputCall(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+	return s.out(r, st)
+}
+func (s *streamService) StreamingInputCall(st testgrpc.TestService_StreamingInputCallServer) error {
+	return s.in(st)
+}
+func (s *streamService) FullDuplexCall(st testgrpc.TestService_FullDuplexCallServer) error {
+	return s.duplex(st)
+}
+
+// streamsThroughEdge serves srv with grpc-go behind an h2c:// target of route "rpc"
+// of an edge (mutate, if not nil, changes its configuration) and returns a grpc-go
+// client of the edge over HTTP/2 with TLS, with grpc-go's default options but opts.
+func streamsThroughEdge(t *testing.T, srv *streamService, mutate func(*config.Config), opts ...grpc.DialOption) testgrpc.TestServiceClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(gs, srv)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	e := startEdge(t, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
+		c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc"}}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	conn, err := grpc.NewClient(e.Addr().String(), append(opts,
+		grpc.WithTransportCredentials(credentials.NewTLS(insecureTLS.Clone())))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return testgrpc.NewTestServiceClient(conn)
+}
+
+// grpc-go's default client sends a PING after each burst of data it receives, to
+// size its window (BDP estimation): a chatty bidirectional stream sends hundreds.
+// They are not a PING flood: the connection is not closed, the source not banned.
+func TestGRPCWindowPingsAreNotAFlood(t *testing.T) {
+	c := streamsThroughEdge(t, &streamService{duplex: func(st testgrpc.TestService_FullDuplexCallServer) error {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				return nil
+			}
+			if err := st.Send(&testgrpc.StreamingOutputCallResponse{Payload: m.Payload}); err != nil {
+				return err
+			}
+		}
+	}}, nil)
+	for round := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := c.FullDuplexCall(ctx)
+		i := 0
+		for ; err == nil && i < 400; i++ { // 400 round trips of an empty message
+			if err = s.Send(&testgrpc.StreamingOutputCallRequest{}); err == nil {
+				_, err = s.Recv()
+			}
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: failed after %d round trips: %v", round, i, err)
+		}
+	}
+}
+
+// staticWindow turns grpc-go's window sizing, and the PINGs it sends, off.
+var staticWindow = []grpc.DialOption{grpc.WithInitialWindowSize(16 << 20), grpc.WithInitialConnWindowSize(16 << 20)}
+
+// A gRPC watch that is answered, then cancelled, again and again, is not a Rapid
+// Reset: the connection serves on past the reset bound (100 more resets than
+// completed streams).
+func TestGRPCCancelledWatchesAreNotRapidReset(t *testing.T) {
+	c := streamsThroughEdge(t, &streamService{out: func(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+		st.Send(&testgrpc.StreamingOutputCallResponse{})
+		<-st.Context().Done()
+		return nil
+	}}, nil, staticWindow...)
+	for i := range 150 { // open a watch, read its first event, cancel it, open the next
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+	}
+}
