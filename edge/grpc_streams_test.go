@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -114,5 +115,60 @@ func TestGRPCCancelledWatchesAreNotRapidReset(t *testing.T) {
 		if err != nil {
 			t.Fatalf("watch %d: %v", i, err)
 		}
+	}
+}
+
+// body_read_timeout does not end a gRPC stream whose client is quiet: a subscriber
+// that sent its request message and listens, and a client stream that sends a small
+// message now and then, live past it (200 ms here) — as a plain request body that
+// quiet does not (TestSlowClients).
+func TestGRPCQuietStreamsOutliveBodyReadTimeout(t *testing.T) {
+	const timeout, quiet = 200 * time.Millisecond, 600 * time.Millisecond
+	c := streamsThroughEdge(t, &streamService{
+		duplex: func(st testgrpc.TestService_FullDuplexCallServer) error {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+			time.Sleep(quiet) // the event comes after three body_read_timeouts of quiet
+			return st.Send(&testgrpc.StreamingOutputCallResponse{})
+		},
+		in: func(st testgrpc.TestService_StreamingInputCallServer) error {
+			n := int32(0)
+			for {
+				if _, err := st.Recv(); err == io.EOF {
+					return st.SendAndClose(&testgrpc.StreamingInputCallResponse{AggregatedPayloadSize: n})
+				} else if err != nil {
+					return err
+				}
+				n++
+			}
+		},
+	}, func(c *config.Config) { c.Limits.BodyReadTimeout = timeout }, staticWindow...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.FullDuplexCall(ctx)
+	if err == nil {
+		err = s.Send(&testgrpc.StreamingOutputCallRequest{})
+	}
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if err != nil {
+		t.Errorf("subscriber quiet for %v: %v", quiet, err)
+	}
+	in, err := c.StreamingInputCall(ctx)
+	for i := 0; err == nil && i < 3; i++ {
+		if err = in.Send(&testgrpc.StreamingInputCallRequest{Payload: &testgrpc.Payload{Body: make([]byte, 50)}}); err == nil {
+			time.Sleep(quiet / 2) // 50 B per 300 ms: under 1 KiB per body_read_timeout
+		}
+	}
+	if err == nil {
+		var resp *testgrpc.StreamingInputCallResponse
+		if resp, err = in.CloseAndRecv(); err == nil && resp.AggregatedPayloadSize != 3 {
+			t.Errorf("client stream: the server got %d messages, want 3", resp.AggregatedPayloadSize)
+		}
+	}
+	if err != nil {
+		t.Errorf("client stream of a message per %v: %v", quiet/2, err)
 	}
 }

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
@@ -16,8 +17,14 @@ import (
 
 // bodyTimeout serves r with the waits for its body bounded by d, or by the top-level
 // limits.body_read_timeout when d is 0.
+//
+// A gRPC call's body is not watched: it is a stream of messages, and a subscriber
+// that sent its one request message and listens, or a client stream that sends a
+// small message now and then, makes no progress by this measure while it works as
+// meant. Like a WebSocket's, its time is bounded by the route's max_duration and its
+// source's share of limits.max_inflight_requests.
 func (s *Server) bodyTimeout(w http.ResponseWriter, r *http.Request, now time.Time, next step, d time.Duration) {
-	if r.Body == nil || r.Body == http.NoBody {
+	if r.Body == nil || r.Body == http.NoBody || isGRPCStream(r) {
 		next(w, r, now)
 		return
 	}
@@ -41,4 +48,16 @@ func writeBodyTimeout(w http.ResponseWriter, r *http.Request) {
 	}
 	answer.Problem(w, r, http.StatusRequestTimeout, "Request Timeout",
 		"the request body made no progress for body_read_timeout")
+}
+
+// isGRPCStream reports whether r is a gRPC call: HTTP/2 or HTTP/3 with the content-type
+// application/grpc, application/grpc+proto and the like — not gRPC-Web
+// (application/grpc-web), whose requests are single messages.
+func isGRPCStream(r *http.Request) bool {
+	v := r.Header["Content-Type"]
+	if r.ProtoMajor < 2 || len(v) == 0 {
+		return false
+	}
+	rest, ok := strings.CutPrefix(v[0], "application/grpc")
+	return ok && (rest == "" || rest[0] == '+' || rest[0] == ';')
 }
