@@ -103,7 +103,7 @@ func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time, info infor
 	for {
 		pc, reused, err := c.get(ctx, deadline)
 		if err != nil {
-			return nil, timeoutAs(err, deadline)
+			return nil, &notSentError{err: timeoutAs(err, deadline), queued: !isDialError(err)}
 		}
 		resp, err := pc.roundTrip(req, *hp, deadline, info)
 		if err == nil {
@@ -133,6 +133,28 @@ func replayable(req *http.Request) bool {
 
 // timeoutAs reports err as ErrTimeout when deadline passed, as Pool.try's context
 // reports it for other transports.
+// notSentError is the error of a try that sent nothing: no connection could be had,
+// as the dial failed or the wait for one of max_connections outlasted the timeout
+// (queued). Such a try is retried whatever the method (isDialError), and a wait for a
+// connection is the edge's own queue, not the target's failure (Pool.try).
+type notSentError struct {
+	err    error
+	queued bool
+}
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+func (e *notSentError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.err, &ne) && ne.Timeout()
+}
+
+// queuedOnly reports whether err is a try's that only waited for a connection.
+func queuedOnly(err error) bool {
+	var ns *notSentError
+	return errors.As(err, &ns) && ns.queued
+}
+
 func timeoutAs(err error, deadline time.Time) error {
 	var ne net.Error
 	if !deadline.IsZero() && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(deadline) {

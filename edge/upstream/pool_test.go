@@ -248,6 +248,25 @@ func TestRetryIdempotent503(t *testing.T) {
 	}
 }
 
+// A PUT with a body answered 503 is retried on another target, with its whole body,
+// from HTTP/2 clients as from HTTP/1.1 ones: net/http's HTTP/2 server gives a body's
+// last bytes without io.EOF, and the try stops at the declared length.
+func TestRetryIdempotentWithBody(t *testing.T) {
+	bad := startOrigin(t, "bad", func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body); w.WriteHeader(503) })
+	good := startOrigin(t, "good", nil)
+	p := newPool(t, Config{Retries: 1, Targets: []Target{tgt(t, bad.URL, 1), tgt(t, good.URL, 1)}})
+	for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {
+		front := frontOf(t, p, proto)
+		c := front.Client()
+		for range minRetries { // every other one retried: within the budget's floor
+			req := mustReq(t, "PUT", front.URL+"/doc", strings.NewReader(strings.Repeat("x", 1024)))
+			if o, code := get(t, c, req); code != 200 || o != "good" {
+				t.Fatalf("%s: PUT: %d from %q, want 200 from good", proto, code, o)
+			}
+		}
+	}
+}
+
 // TestRetryBodyBound: a PUT whose target read the whole body and then reset the
 // connection is retried when the body is within MaxReplayBody, not when it is larger.
 func TestRetryBodyBound(t *testing.T) {
@@ -513,5 +532,37 @@ func TestPassiveEjectionCountsGatewayFailuresInARow(t *testing.T) {
 	}
 	if n := ejected(); n != 3 {
 		t.Fatalf("%d targets ejected after 3 503s in a row each, want 3", n)
+	}
+}
+
+// A try that only waited for one of max_connections, and timed out, is the edge's
+// own queue, not the target's failure: a burst does not eject an origin that
+// answers everything it gets.
+func TestQueueTimeoutDoesNotEject(t *testing.T) {
+	o := startOrigin(t, "slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(100 * time.Millisecond) })
+	p := newPool(t, Config{MaxConnections: 1, Timeout: 350 * time.Millisecond, Retries: 0,
+		Targets: []Target{tgt(t, o.URL, 1)}, Passive: Passive{Failures: 3, Within: time.Minute, Eject: time.Minute}})
+	url := front(t, p)
+	var wg sync.WaitGroup
+	codes := make(chan int, 12)
+	for range 12 { // 1.2 s of work for one connection: most wait past the timeout
+		wg.Go(func() {
+			_, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil))
+			codes <- code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	timedOut := 0
+	for c := range codes {
+		if c == http.StatusGatewayTimeout {
+			timedOut++
+		}
+	}
+	if timedOut < 3 {
+		t.Skipf("only %d of 12 timed out in the queue: the condition under test did not arise", timedOut)
+	}
+	if _, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 {
+		t.Errorf("after %d queue timeouts: %d, want 200 (the target was never at fault)", timedOut, code)
 	}
 }

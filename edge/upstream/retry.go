@@ -36,7 +36,7 @@ func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*
 	}
 	var body *replayBody
 	if req.Body != nil && req.Body != http.NoBody {
-		body = &replayBody{src: req.Body}
+		body = &replayBody{src: req.Body, size: req.ContentLength}
 	}
 	idempotent := isIdempotent(req)
 	var tried uint64
@@ -154,7 +154,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 			return nil, err, reached
 		}
 		t.stats.errors.Add(1)
-		if req.Context().Err() == nil && p.failed(t, now) {
+		if req.Context().Err() == nil && !queuedOnly(err) && p.failed(t, now) {
 			p.log.Warn("target ejected", "target", t.key, "reason", err.Error(), "for", p.cfg.Passive.Eject)
 		}
 		return nil, err, reached
@@ -278,7 +278,8 @@ func isIdempotent(req *http.Request) bool {
 // isDialError reports whether err is a failure to connect: the request never left.
 func isDialError(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var ns *notSentError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &ns)
 }
 
 // replayBody keeps what has been read of a request body, up to MaxReplayBody, so
@@ -286,7 +287,8 @@ func isDialError(err error) bool {
 // a try that failed is detached and reads nothing more. It never closes the body
 // itself: the server does once the request is done.
 type replayBody struct {
-	src io.ReadCloser
+	src  io.ReadCloser
+	size int64 // the declared length, -1 if unknown: once read, the body is whole (eof)
 	// mu guards the fields below; src.Read runs outside it, with reading set.
 	mu       sync.Mutex
 	buf      []byte
@@ -382,6 +384,11 @@ func (a *attemptBody) Read(p []byte) (int, error) {
 		b.eof = true
 	case err != nil:
 		b.err = err
+	case b.size > 0 && b.consumed >= b.size:
+		// All it declared: a try that reads no further (h1Client stops at the
+		// length) has sent the whole body. net/http's HTTP/2 server gives the last
+		// bytes without io.EOF, its HTTP/1.1 server with it.
+		b.eof = true
 	}
 	return n, err
 }
