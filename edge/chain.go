@@ -17,7 +17,7 @@ import (
 func (s *Server) chain(origin http.Handler) http.Handler {
 	h := s.enforce(origin)
 	h = s.routeRequest(h)
-	h = extendedConnect(h)
+	h = s.extendedConnect(h)
 	h = tooEarly(h)
 	h = headerLimit(h)
 	h = s.altSvc(h)

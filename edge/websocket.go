@@ -18,13 +18,15 @@ func init() { xconnect.Restore() }
 // HTTP/2, RFC 9220 on HTTP/3 — into the HTTP/1.1 Upgrade request the rest of the chain
 // and the proxy know: routes and policies see a GET with Upgrade: websocket, a
 // concurrent-requests policy holds its unit until the tunnel ends, max_duration ends
-// it, and the upstream gets an HTTP/1.1 handshake with a key of the edge's own. Other
+// it, and the upstream gets an HTTP/1.1 handshake with a key of the edge's own. Each
+// write to the client's stream must end within limits.write_timeout: a client that
+// stops reading holds a stream that flow control stalls, which no TCP write shows. Other
 // extended CONNECT protocols (webtransport, connect-udp…) get 501, before any policy:
 // the proxy would forward them as a plain CONNECT, which the upstream refuses.
 //
 // HTTP/3 advertises extended CONNECT on every connection (quic-go v0.65 cannot turn it
 // off); HTTP/2 does through package xconnect.
-func extendedConnect(next step) step {
+func (s *Server) extendedConnect(next step) step {
 	return func(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if r.Method != http.MethodConnect {
 			next(w, r, now)
@@ -45,7 +47,7 @@ func extendedConnect(next step) step {
 				"extended CONNECT carries WebSocket only")
 			return
 		}
-		up, b := tunnel.New(w, r, maxHeaderBytes, badHandshake)
+		up, b := tunnel.New(w, r, maxHeaderBytes, s.config().Limits.WriteTimeout, badHandshake)
 		next(b, up, now)
 		b.Close()
 	}

@@ -324,3 +324,49 @@ func TestWebSocketIdlePastBodyTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A WebSocket over HTTP/2 or HTTP/3 whose client stops reading while the origin
+// pushes is stalled by the stream's flow control, which no TCP write shows: it ends at
+// the route's max_duration (/short/), or else at limits.write_timeout (1 s here), and
+// lets go of its upstream connection (max_connections: 1) for the next socket.
+func TestWebSocketStalledReaderEnds(t *testing.T) {
+	origin := httptest.NewServer(websocket.Handler(func(ws *websocket.Conn) {
+		msg := make([]byte, 32<<10)
+		ws.SetWriteDeadline(time.Now().Add(20 * time.Second)) // bounded whatever the edge does
+		for {
+			if _, err := ws.Write(msg); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(origin.Close)
+	e := startEdge(t, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"ws": {Targets: []string{origin.URL}, MaxConnections: 1, Timeout: 2 * time.Second}}
+		c.Routes = []config.Route{
+			{Name: "short", Upstream: "ws", Match: config.RouteMatch{PathPrefix: "/short/"}, MaxDuration: 500 * time.Millisecond},
+			{Name: "ws", Upstream: "ws"},
+		}
+		c.Limits.WriteTimeout = time.Second
+	})
+	for _, proto := range []string{"h2", "h3"} {
+		for _, path := range []string{"/short/push", "/push"} {
+			t.Run(proto+path, func(t *testing.T) {
+				stalled, resp, err := wsDial(t.Context(), t, proto, e.url+path)
+				if err != nil || stalled == nil {
+					t.Fatalf("%v %v", resp, err)
+				}
+				defer stalled.Close()
+				// The client reads nothing from here on.
+				testkit.WaitFor(t, 10*time.Second, "the stalled tunnel to end", func() bool { return e.inflight.Load() == 0 })
+				next, resp, err := wsDial(t.Context(), t, proto, e.url+"/short/push")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if next == nil {
+					t.Fatalf("the next socket got %d: the stalled tunnel still holds the target's one connection", resp.StatusCode)
+				}
+				next.Close()
+			})
+		}
+	}
+}

@@ -19,15 +19,18 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // New returns the HTTP/1.1 Upgrade request that stands for the extended CONNECT
 // r, and the ResponseWriter that turns the upstream's 101 back into the 200 that opens
-// the tunnel on r's stream. maxHead bounds the 101's head; badHandshake answers an
-// upstream that answered 2xx without switching (a 2xx would tell the client its
-// tunnel is open). Call Close when the handler returns.
-func New(w http.ResponseWriter, r *http.Request, maxHead int, badHandshake func(http.ResponseWriter, *http.Request)) (*http.Request, *Tunnel) {
+// the tunnel on r's stream. maxHead bounds the 101's head; writeTimeout, if
+// positive, bounds each write of the tunnel's bytes to the stream (a client that
+// stops reading stalls it on flow control: the write fails, and the proxy ends the
+// tunnel); badHandshake answers an upstream that answered 2xx without switching (a
+// 2xx would tell the client its tunnel is open). Call Close when the handler returns.
+func New(w http.ResponseWriter, r *http.Request, maxHead int, writeTimeout time.Duration, badHandshake func(http.ResponseWriter, *http.Request)) (*http.Request, *Tunnel) {
 	var nonce [16]byte
 	rand.Read(nonce[:])
 	key := base64.StdEncoding.EncodeToString(nonce[:])
@@ -46,7 +49,7 @@ func New(w http.ResponseWriter, r *http.Request, maxHead int, badHandshake func(
 	up.Header["Sec-Websocket-Key"] = []string{key}
 	// The stream's data is the tunnel's, not a body: the transport must not send it.
 	up.Body, up.ContentLength = http.NoBody, 0
-	return up, &Tunnel{w: w, r: r, body: r.Body, accept: acceptKey(key), maxHead: maxHead, badHandshake: badHandshake}
+	return up, &Tunnel{w: w, r: r, body: r.Body, accept: acceptKey(key), maxHead: maxHead, writeTimeout: writeTimeout, badHandshake: badHandshake}
 }
 
 // acceptKey is the Sec-WebSocket-Accept a WebSocket server answers key with (RFC 6455
@@ -72,7 +75,12 @@ type Tunnel struct {
 	accept string // the Sec-WebSocket-Accept the upstream must send
 
 	maxHead      int
+	writeTimeout time.Duration
 	badHandshake func(http.ResponseWriter, *http.Request)
+
+	// open is set with state tunnelOpen, for Close, which must not wait for mu
+	// while a write stalls holding it.
+	open atomic.Bool
 
 	// mu guards the state and the head; Write holds it while it writes, so that close
 	// (on the handler's goroutine, when it returns) waits for a write from
@@ -162,9 +170,13 @@ func (t *Tunnel) write(p []byte) (int, error) {
 	defer t.mu.Unlock()
 	switch t.state {
 	case tunnelOpen:
+		rc := http.NewResponseController(t.w)
+		if t.writeTimeout > 0 {
+			rc.SetWriteDeadline(time.Now().Add(t.writeTimeout))
+		}
 		n, err := t.w.Write(p)
 		if err == nil {
-			err = http.NewResponseController(t.w).Flush()
+			err = rc.Flush()
 		}
 		return n, err
 	case tunnelHead:
@@ -199,6 +211,7 @@ func (t *Tunnel) write(p []byte) (int, error) {
 		return 0, errBadAccept
 	}
 	t.state = tunnelOpen
+	t.open.Store(true)
 	t.w.WriteHeader(http.StatusOK)
 	if err := http.NewResponseController(t.w).Flush(); err != nil {
 		return 0, err
@@ -214,10 +227,17 @@ func (t *Tunnel) write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Close ends the tunnel when the handler returns: later writes fail, and a read of
-// the client's side that is still waiting ends.
+// Close ends the tunnel when the handler returns, or when the proxy ends it: later
+// writes fail, a write stalled on a client that does not read fails now (its stream is
+// reset), and a read of the client's side that is still waiting ends. Without a
+// write in progress the stream ends as it would (END_STREAM when the handler returns).
 func (t *Tunnel) Close() {
-	t.mu.Lock()
+	if !t.mu.TryLock() { // a write holds mu: it may be stalled for good
+		if t.open.Load() {
+			http.NewResponseController(t.w).SetWriteDeadline(time.Now())
+		}
+		t.mu.Lock()
+	}
 	hijacked := t.state >= tunnelHead && t.state != tunnelClosed
 	t.state = tunnelClosed
 	t.mu.Unlock()

@@ -85,7 +85,11 @@ func (c *h1Client) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // roundTripBy is RoundTrip with the wait for the response header bounded by deadline
 // (none if zero): the connection's deadlines bound it, and ErrTimeout reports it.
-// The fallback is given a context with the deadline instead.
+// The wait for a connection (max_connections, the dial) is bounded by deadline too,
+// and the exchange on the connection then gets the same time anew: a request that
+// queued behind others does not time out on an origin that answers it at once, which
+// would count as that origin's failure. The fallback is given a context with the
+// deadline instead.
 func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time, info informer) (*http.Response, error) {
 	body, inline := c.inlineBody(req)
 	if !inline {
@@ -100,10 +104,17 @@ func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time, info infor
 		return c.fallbackBy(req, deadline, info)
 	}
 	ctx := req.Context()
+	var budget time.Duration
+	if !deadline.IsZero() {
+		budget = time.Until(deadline)
+	}
 	for {
 		pc, reused, err := c.get(ctx, deadline)
 		if err != nil {
 			return nil, &notSentError{err: timeoutAs(err, deadline), queued: !isDialError(err)}
+		}
+		if budget > 0 {
+			deadline = time.Now().Add(budget)
 		}
 		resp, err := pc.roundTrip(req, *hp, deadline, info)
 		if err == nil {

@@ -465,14 +465,15 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 		fail(fmt.Errorf("can't switch protocols using non-Hijacker ResponseWriter type %T", w))
 		return
 	}
-	closed := make(chan struct{})
-	go closeWhenDone(req, backConn, closed)
-	defer close(closed)
 	if err != nil {
+		backConn.Close()
 		p.errorHandler(w, req, fmt.Errorf("Hijack failed on protocol switch: %v", err))
 		return
 	}
 	defer conn.Close()
+	closed := make(chan struct{})
+	go closeWhenDone(req, closed, backConn, conn)
+	defer close(closed)
 
 	addHeader(w.Header(), res.Header)
 	res.Header = w.Header()
@@ -493,14 +494,17 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 	}
 }
 
-// closeWhenDone closes an upgraded connection to the origin when req's context ends
-// (the client went, max_duration passed) or the switch is over.
-func closeWhenDone(req *http.Request, backConn io.Closer, closed <-chan struct{}) {
+// closeWhenDone closes both sides of an upgraded connection when req's context ends
+// (the client went, max_duration passed) or the switch is over: the client's side too,
+// for a copy to it may be stalled in a write to a client that does not read, which
+// nothing on the origin's side ends.
+func closeWhenDone(req *http.Request, closed <-chan struct{}, backConn, conn io.Closer) {
 	select {
 	case <-req.Context().Done():
 	case <-closed:
 	}
 	backConn.Close()
+	conn.Close()
 }
 
 var errCopyDone = errors.New("upstream: upgraded connection copy complete")
