@@ -188,8 +188,13 @@ func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info inform
 		return c.fallback.RoundTrip(req)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	timer := time.AfterFunc(time.Until(deadline), func() { cancel(ErrTimeout) })
-	resp, err := c.fallback.RoundTrip(req.WithContext(ctx))
+	d := time.Until(deadline)
+	timer := time.AfterFunc(d, func() { cancel(ErrTimeout) })
+	req = req.WithContext(ctx)
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = &progressBody{ReadCloser: req.Body, timer: timer, d: d}
+	}
+	resp, err := c.fallback.RoundTrip(req)
 	timer.Stop()
 	if err != nil {
 		cancel(nil)
@@ -200,6 +205,24 @@ func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info inform
 	}
 	resp.Body = wrapBody(resp.Body, func() { cancel(nil) })
 	return resp, nil
+}
+
+// progressBody is a request body whose reads push a try's timer back by the whole
+// timeout: the wait for the response header is bounded from the body's end, not its
+// start, so an upload that takes longer than the timeout is not ended by it (the
+// client's own pace is body_read_timeout's to judge).
+type progressBody struct {
+	io.ReadCloser
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 || err == io.EOF {
+		b.timer.Reset(b.d)
+	}
+	return n, err
 }
 
 // inlineBody tells whether req can be sent by h1Client and with which body: none
@@ -541,11 +564,21 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 		}
 		return nil, err
 	}
+	var sending time.Time
+	withBody := req.Body != nil && req.Body != http.NoBody && !deadline.IsZero()
+	if withBody {
+		sending = time.Now()
+	}
 	if err := writeRequest(pc.bw, head, req); err != nil {
 		return fail(err)
 	}
 	if err := pc.bw.Flush(); err != nil {
 		return fail(err)
+	}
+	if withBody {
+		// The wait for the header starts once the body is sent: the time the
+		// client took to upload it is not the origin's.
+		pc.nc.SetReadDeadline(deadline.Add(time.Since(sending)))
 	}
 	var trace *httptrace.ClientTrace
 	n1xx := 0

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -564,5 +565,62 @@ func TestQueueTimeoutDoesNotEject(t *testing.T) {
 	}
 	if _, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 {
 		t.Errorf("after %d queue timeouts: %d, want 200 (the target was never at fault)", timedOut, code)
+	}
+}
+
+// slowBody gives n pieces of 8 KiB, one every 150 ms.
+type slowBody struct{ n int }
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if b.n == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(150 * time.Millisecond) // the client's pace, which the test is about
+	b.n--
+	return copy(p, make([]byte, min(len(p), 8<<10))), nil
+}
+
+// A try's timeout bounds the wait for the response header once the request body is
+// sent, not the client's upload: a body that takes 2.5× the timeout to arrive gets the
+// origin's 200, and the target is not ejected — through h1Client with a body it sends
+// itself (≤ 64 KiB) and one it hands to net/http (larger), and to an h2c:// target.
+func TestTimeoutStartsAfterTheBody(t *testing.T) {
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	}
+	h1 := httptest.NewServer(http.HandlerFunc(handler))
+	t.Cleanup(h1.Close)
+	h2c := httptest.NewUnstartedServer(http.HandlerFunc(handler))
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	h2c.Config.Protocols = &protos
+	h2c.Start()
+	t.Cleanup(h2c.Close)
+	for _, tc := range []struct {
+		name, target string
+		pieces       int
+	}{
+		{"h1Client", h1.URL, 5}, // 40 KiB
+		{"net/http", h1.URL, 9}, // 72 KiB
+		{"h2c", "h2c://" + h2c.Listener.Addr().String(), 5},
+	} {
+		p := newPool(t, Config{Timeout: 300 * time.Millisecond, Retries: 0, Targets: []Target{tgt(t, tc.target, 1)},
+			Passive: Passive{Failures: 1, Within: time.Minute, Eject: time.Minute}})
+		url := front(t, p)
+		req := mustReq(t, "POST", url+"/upload", &slowBody{n: tc.pieces})
+		req.ContentLength = int64(tc.pieces) << 13
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != strconv.Itoa(tc.pieces<<13) {
+			t.Errorf("%s: an upload of %v: %d %q, want 200 and its length", tc.name, time.Duration(tc.pieces)*150*time.Millisecond, resp.StatusCode, b)
+		}
+		if s := p.Stats().Targets[0].State; s != "healthy" {
+			t.Errorf("%s: the target is %s after a slow upload", tc.name, s)
+		}
 	}
 }

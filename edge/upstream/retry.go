@@ -125,6 +125,9 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		ab = &tr.body
 		*ab = attemptBody{rb: body}
 		out.Body = ab
+		if !direct {
+			out.Body = &progressBody{ReadCloser: ab, timer: timer, d: p.cfg.Timeout}
+		}
 	}
 
 	t.inflight.Add(1)
