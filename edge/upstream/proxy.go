@@ -487,8 +487,14 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 		return
 	}
 	errc := make(chan error, 1)
-	go copyHalf(backConn, conn, errc) // client → origin
-	go copyHalf(conn, backConn, errc) // origin → client
+	var fromClient io.Reader = conn
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Sent with the handshake, before the 101 (a client that does not wait):
+		// already in the server's buffer, not to be lost.
+		fromClient = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)
+	}
+	go copyHalf(backConn, fromClient, errc) // client → origin
+	go copyHalf(conn, backConn, errc)       // origin → client
 	if err := <-errc; err == nil {
 		<-errc
 	}
