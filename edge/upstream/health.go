@@ -40,7 +40,7 @@ func (p *Pool) check(t *target) {
 	if err == nil {
 		req.Header.Set("User-Agent", "h3edge-health-check")
 		var resp *http.Response
-		if resp, err = t.rt.RoundTrip(req); err == nil {
+		if resp, err = t.probe.RoundTrip(req); err == nil {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			ok = resp.StatusCode < 400

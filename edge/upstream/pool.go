@@ -115,8 +115,8 @@ type HealthCheck struct {
 	Healthy   int           // successes in a row that bring it back; if zero, 1
 }
 
-// Passive configures outlier ejection from the outcomes of real requests: Failures
-// (connect errors, timeouts, resets, 5xx) within Within eject a target for Eject, then
+// Passive configures outlier ejection from the outcomes of real requests: Failures in
+// a row (connect errors, timeouts, resets, 502, 503, 504) within Within eject a target for Eject, then
 // one successful request or check brings it back, one more failure ejects it again.
 type Passive struct {
 	Failures int // if zero, passive ejection is off
@@ -231,7 +231,14 @@ func New(cfg Config) (*Pool, error) {
 		if t.Weight <= 0 {
 			t.Weight = 1
 		}
-		p.targets = append(p.targets, newTarget(i, t, cfg.NewTransport(t, &cfg)))
+		nt := newTarget(i, t, cfg.NewTransport(t, &cfg))
+		if cfg.Health != nil {
+			// A transport of the checks' own: a target whose max_connections are all
+			// held by long polls or WebSockets is busy, not down, and its checks must
+			// not queue behind them and fail.
+			nt.probe = cfg.NewTransport(t, &cfg)
+		}
+		p.targets = append(p.targets, nt)
 	}
 	if old := cfg.Inherit; old != nil {
 		p.inherit(old)
@@ -314,6 +321,9 @@ func (p *Pool) Close() {
 func (p *Pool) closeIdle() {
 	for _, t := range p.targets {
 		t.rt.CloseIdleConnections()
+		if t.probe != nil {
+			t.probe.CloseIdleConnections()
+		}
 	}
 }
 

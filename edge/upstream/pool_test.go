@@ -624,3 +624,34 @@ func TestTimeoutStartsAfterTheBody(t *testing.T) {
 		}
 	}
 }
+
+// Health checks have a connection of their own: a target whose max_connections are
+// all held by long requests is busy, not down, and is checked and kept in rotation.
+func TestHealthChecksOutsideMaxConnections(t *testing.T) {
+	release := make(chan struct{})
+	var held, probes atomic.Int32
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz":
+			probes.Add(1)
+		case "/poll":
+			held.Add(1)
+			<-release
+		}
+	}))
+	t.Cleanup(o.Close)
+	p := newPool(t, Config{MaxConnections: 2, Timeout: 5 * time.Second, Targets: []Target{tgt(t, o.URL, 1)},
+		Health: &HealthCheck{Path: "/healthz", Interval: 20 * time.Millisecond, Timeout: 20 * time.Millisecond, Unhealthy: 2, Healthy: 1}})
+	url := front(t, p)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { get(t, http.DefaultClient, mustReq(t, "GET", url+"/poll", nil)) })
+	}
+	defer func() { close(release); wg.Wait() }()
+	testkit.WaitFor(t, 5*time.Second, "two long polls to hold both connections", func() bool { return held.Load() == 2 })
+	before := probes.Load()
+	testkit.WaitFor(t, 5*time.Second, "three checks to reach the origin while both are held", func() bool { return probes.Load() >= before+3 })
+	if s := p.Stats().Targets[0].State; s != "healthy" {
+		t.Errorf("the target is %s while two long polls hold its connections", s)
+	}
+}

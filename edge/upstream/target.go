@@ -17,7 +17,8 @@ type target struct {
 	key    string   // scheme://host, the target label of the metrics
 	weight int
 	rt     Transport
-	hash   uint64 // of key, for rendezvous hashing
+	probe  Transport // the health checks', nil without them: its own connection, outside max_connections' queue
+	hash   uint64    // of key, for rendezvous hashing
 
 	inflight atomic.Int64
 	// activeDown is set while active checks fail (Unhealthy in a row, until Healthy
