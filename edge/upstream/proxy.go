@@ -471,9 +471,15 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 		return
 	}
 	defer conn.Close()
-	closed := make(chan struct{})
-	go closeWhenDone(req, closed, backConn, conn)
-	defer close(closed)
+	closed, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		closeWhenDone(req, closed, backConn, conn)
+		close(watched)
+	}()
+	defer func() {
+		close(closed)
+		<-watched // conn is not touched once the handler has returned
+	}()
 
 	addHeader(w.Header(), res.Header)
 	res.Header = w.Header()
@@ -500,17 +506,18 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 	}
 }
 
-// closeWhenDone closes both sides of an upgraded connection when req's context ends
-// (the client went, max_duration passed) or the switch is over: the client's side too,
-// for a copy to it may be stalled in a write to a client that does not read, which
-// nothing on the origin's side ends.
+// closeWhenDone closes an upgraded connection to the origin when req's context ends
+// (the client went, max_duration passed) or the switch is over; when the context
+// ends, the client's side too, for a copy to it may be stalled in a write to a client
+// that does not read, which nothing on the origin's side ends.
 func closeWhenDone(req *http.Request, closed <-chan struct{}, backConn, conn io.Closer) {
 	select {
 	case <-req.Context().Done():
+		backConn.Close()
+		conn.Close()
 	case <-closed:
+		backConn.Close()
 	}
-	backConn.Close()
-	conn.Close()
 }
 
 var errCopyDone = errors.New("upstream: upgraded connection copy complete")
