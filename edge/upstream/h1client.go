@@ -41,6 +41,8 @@ type h1Client struct {
 	open    int       // connections of both legs, idle or busy
 	max     int       // 0: no cap
 	waiters []chan struct{}
+
+	timeout time.Duration // the pool's, for the exchange of a request that got a new connection
 }
 
 // maxInlineBody is the largest request body (by Content-Length) h1Client writes before
@@ -57,6 +59,7 @@ func newH1Client(t Target, cfg *Config, fallback *http.Transport) *h1Client {
 		addr:     hostPort(t.URL.Host, "80"),
 		fallback: fallback,
 		max:      cfg.MaxConnections,
+		timeout:  cfg.Timeout,
 	}
 	// The fallback's connections count against the same cap; under a cap it keeps
 	// none idle (negative: none), since an idle one there would hold a place that
@@ -104,17 +107,15 @@ func (c *h1Client) roundTripBy(req *http.Request, deadline time.Time, info infor
 		return c.fallbackBy(req, deadline, info)
 	}
 	ctx := req.Context()
-	var budget time.Duration
-	if !deadline.IsZero() {
-		budget = time.Until(deadline)
-	}
 	for {
-		pc, reused, err := c.get(ctx, deadline)
+		pc, reused, waited, err := c.get(ctx, deadline)
 		if err != nil {
 			return nil, &notSentError{err: timeoutAs(err, deadline), queued: !isDialError(err)}
 		}
-		if budget > 0 {
-			deadline = time.Now().Add(budget)
+		if waited && !deadline.IsZero() && c.timeout > 0 {
+			// Dialled, or waited for under max_connections: the exchange gets
+			// the whole timeout. An idle connection is had at once.
+			deadline = time.Now().Add(c.timeout)
 		}
 		resp, err := pc.roundTrip(req, *hp, deadline, info)
 		if err == nil {
@@ -291,8 +292,9 @@ func shallowWithBody(req *http.Request, body io.ReadCloser) *http.Request {
 }
 
 // get returns an idle connection or a new one, waiting within ctx when the cap is
-// reached. reused tells that the connection carried a request before.
-func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reused bool, err error) {
+// reached. reused tells that the connection carried a request before; waited, that
+// getting it took time (a dial, or a wait for one of the cap).
+func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reused, waited bool, err error) {
 	for {
 		c.mu.Lock()
 		for n := len(c.idle); n > 0; n = len(c.idle) {
@@ -301,7 +303,7 @@ func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reu
 			c.idle = c.idle[:n-1]
 			c.mu.Unlock()
 			if pc.alive() {
-				return pc, true, nil
+				return pc, true, waited, nil
 			}
 			c.closeConn(pc)
 			c.mu.Lock()
@@ -316,9 +318,9 @@ func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reu
 			nc, err := d.DialContext(ctx, "tcp", c.addr)
 			if err != nil {
 				c.release()
-				return nil, false, err
+				return nil, false, waited, err
 			}
-			return newH1Conn(c, nc), false, nil
+			return newH1Conn(c, nc), false, true, nil
 		}
 		w := make(chan struct{}, 1)
 		c.waiters = append(c.waiters, w)
@@ -330,14 +332,15 @@ func (c *h1Client) get(ctx context.Context, deadline time.Time) (pc *h1Conn, reu
 			defer t.Stop()
 			expired = t.C
 		}
+		waited = true
 		select {
 		case <-w:
 		case <-expired:
 			c.dropWaiter(w)
-			return nil, false, ErrTimeout
+			return nil, false, true, ErrTimeout
 		case <-ctx.Done():
 			c.dropWaiter(w)
-			return nil, false, ctx.Err()
+			return nil, false, true, ctx.Err()
 		}
 	}
 }
