@@ -19,6 +19,7 @@ package h2guard
 
 import (
 	"crypto/tls"
+	"encoding/binary"
 	"net"
 	"net/netip"
 	"time"
@@ -100,13 +101,12 @@ type Conn struct {
 	*tls.Conn
 	timeout time.Duration
 
-	state   int8 // 0: ALPN not checked yet; 1: HTTP/2; -1: not HTTP/2
-	pending bool // a header section has begun and not ended
-	armed   bool // the read deadline is set for it
-	ends    bool // the frame being skipped ends the header section
-	skip    int  // bytes left of the preface or of the current frame's payload
-	nhdr    int  // bytes of the frame header read so far
-	hdr     [frameHeaderLen]byte
+	state   int8      // 0: ALPN not checked yet; 1: HTTP/2; -1: not HTTP/2
+	pending bool      // a header section has begun and not ended
+	armed   bool      // the read deadline is set for it
+	ends    bool      // the frame being skipped ends the header section
+	skip    int       // bytes left of the preface or of the current frame's payload
+	hdr     frameHead // the frame header being read
 	abuse   abuse
 	block   bool // the frame being skipped is HEADERS or CONTINUATION
 	bomb    bomb
@@ -120,12 +120,32 @@ type Conn struct {
 	writeCharged bool                                 // the write timeout was charged (by the writing goroutine)
 
 	// The frames the server writes, followed by the writing goroutine (followWrite):
-	// wstate as state, wskip as skip, wnhdr and whdr as nhdr and hdr.
+	// wstate as state, wskip as skip, whdr as hdr.
 	wstate int8
 	wskip  int
-	wnhdr  int
-	whdr   [frameHeaderLen]byte
+	whdr   frameHead
 }
+
+// frameHead gathers the 9 bytes of a frame header (RFC 9113 §4.1) across reads or
+// writes.
+type frameHead struct {
+	n int // bytes of it so far
+	b [frameHeaderLen]byte
+}
+
+// fill takes header bytes from p and returns the rest of p, and whether the header is
+// whole; the next fill then begins the next frame's.
+func (h *frameHead) fill(p []byte) ([]byte, bool) {
+	k := copy(h.b[h.n:], p)
+	if h.n += k; h.n < frameHeaderLen {
+		return p[k:], false
+	}
+	h.n = 0
+	return p[k:], true
+}
+
+func (h *frameHead) length() int    { return int(h.b[0])<<16 | int(h.b[1])<<8 | int(h.b[2]) }
+func (h *frameHead) stream() uint32 { return binary.BigEndian.Uint32(h.b[5:]) & 0x7fffffff }
 
 // Raw returns the connection under c (a Conn, a TLS connection, or one as accepted)
 // as the listener accepted it.
@@ -156,7 +176,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 	// A frame header cut short counts as a pending section too: nothing legitimate
 	// stops within a frame's 9 header bytes, and its type is not known yet.
-	switch pending := (c.pending || c.nhdr > 0) && c.timeout > 0; {
+	switch pending := (c.pending || c.hdr.n > 0) && c.timeout > 0; {
 	case pending && !c.armed:
 		c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
 		c.armed = true
@@ -193,20 +213,17 @@ func (c *Conn) follow(b []byte) {
 			}
 			continue
 		}
-		k := copy(c.hdr[c.nhdr:], b)
-		c.nhdr += k
-		b = b[k:]
-		if c.nhdr < frameHeaderLen {
+		var whole bool
+		if b, whole = c.hdr.fill(b); !whole {
 			return
 		}
-		c.nhdr = 0
-		typ, flags := c.hdr[3], c.hdr[4]
+		typ, flags := c.hdr.b[3], c.hdr.b[4]
 		if typ == frameHeaders {
 			c.pending = true
 		}
 		c.ends = (typ == frameHeaders || typ == frameContinuation) && flags&flagEndHeaders != 0
-		c.skip = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
-		c.abuse.frame(typ, flags, c.skip, uint32(c.hdr[5]&0x7f)<<24|uint32(c.hdr[6])<<16|uint32(c.hdr[7])<<8|uint32(c.hdr[8]))
+		c.skip = c.hdr.length()
+		c.abuse.frame(typ, flags, c.skip, c.hdr.stream())
 		c.block = false
 		if typ == frameHeaders || typ == frameContinuation {
 			c.bomb.frame(typ, flags, c.skip)

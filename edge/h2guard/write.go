@@ -94,15 +94,11 @@ func (c *Conn) followWrite(p []byte) {
 			p = p[k:]
 			continue
 		}
-		k := copy(c.whdr[c.wnhdr:], p)
-		c.wnhdr += k
-		p = p[k:]
-		if c.wnhdr < frameHeaderLen {
+		var whole bool
+		if p, whole = c.whdr.fill(p); !whole {
 			return
 		}
-		c.wnhdr = 0
-		h := &c.whdr
-		c.wskip = int(h[0])<<16 | int(h[1])<<8 | int(h[2])
-		c.abuse.wrote(h[3], h[4], uint32(h[5]&0x7f)<<24|uint32(h[6])<<16|uint32(h[7])<<8|uint32(h[8]))
+		c.wskip = c.whdr.length()
+		c.abuse.wrote(c.whdr.b[3], c.whdr.b[4], c.whdr.stream())
 	}
 }
