@@ -8,9 +8,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 
+	"github.com/h3edge/h3edge/bench/testkit"
 	"github.com/h3edge/h3edge/edge/config"
 )
 
@@ -170,5 +175,62 @@ func TestGRPCQuietStreamsOutliveBodyReadTimeout(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("client stream of a message per %v: %v", quiet/2, err)
+	}
+}
+
+// health: {protocol: grpc} checks a grpc-go target with gRPC's own health protocol:
+// SERVING keeps it in rotation, NOT_SERVING of the service asked about takes it out
+// (calls get UNAVAILABLE at once), SERVING again brings it back.
+func TestGRPCHealthCheck(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("api", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	e := startEdge(t, func(c *config.Config) {
+		c.Upstreams = map[string]config.Upstream{"rpc": {
+			Targets: []string{"h2c://" + ln.Addr().String()},
+			Health: &config.HealthCheck{Protocol: "grpc", Service: "api", Interval: 50 * time.Millisecond,
+				Timeout: 50 * time.Millisecond, Unhealthy: 1, Healthy: 1},
+		}}
+		c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc"}}
+	})
+	conn, err := grpc.NewClient(e.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(insecureTLS.Clone())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	hc := healthpb.NewHealthClient(conn)
+	call := func() codes.Code {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "api"})
+		return status.Code(err)
+	}
+	state := func() string {
+		var st struct {
+			Upstreams []struct{ Targets []struct{ State string } }
+		}
+		adminGet(t, e.Server, "/api/v1/upstreams", &st)
+		return st.Upstreams[0].Targets[0].State
+	}
+	testkit.WaitFor(t, 5*time.Second, "the target healthy by its gRPC checks", func() bool { return state() == "healthy" })
+	if c := call(); c != codes.OK {
+		t.Fatalf("a call to a SERVING target: %v", c)
+	}
+	hs.SetServingStatus("api", healthpb.HealthCheckResponse_NOT_SERVING)
+	testkit.WaitFor(t, 5*time.Second, "NOT_SERVING to take the target out", func() bool { return state() == "ejected" })
+	if c := call(); c != codes.Unavailable {
+		t.Errorf("a call while the only target is NOT_SERVING: %v, want UNAVAILABLE from the edge", c)
+	}
+	hs.SetServingStatus("api", healthpb.HealthCheckResponse_SERVING)
+	testkit.WaitFor(t, 5*time.Second, "SERVING to bring the target back", func() bool { return state() == "healthy" })
+	if c := call(); c != codes.OK {
+		t.Errorf("a call once SERVING again: %v", c)
 	}
 }

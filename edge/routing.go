@@ -138,7 +138,8 @@ func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, inhe
 		pc.Passive = upstream.Passive{Failures: up.Passive.Failures, Within: up.Passive.Within, Eject: up.Passive.Eject}
 	}
 	if h := up.Health; h != nil {
-		pc.Health = &upstream.HealthCheck{Path: h.Path, Interval: h.Interval, Timeout: h.Timeout, Unhealthy: h.Unhealthy, Healthy: h.Healthy}
+		pc.Health = &upstream.HealthCheck{Path: h.Path, GRPC: h.Protocol == "grpc", Service: h.Service,
+			Interval: h.Interval, Timeout: h.Timeout, Unhealthy: h.Unhealthy, Healthy: h.Healthy}
 	}
 	if set.ca != nil {
 		pc.RootCAs = x509.NewCertPool()

@@ -537,6 +537,12 @@ var validationCases = []validationCase{
 		"upstreams.api.health.timeout: must be at most the interval (10ms)",
 		"upstreams.api.health.unhealthy: must be from 1 to 100 (got -1)",
 		"upstreams.api.health.healthy: must be from 1 to 100 (got 101)"}},
+	{"upstream grpc health", "upstreams: {api: {targets: [http://a:1, h2c://b:2], health: {protocol: grpc, path: /hz}}, web: {targets: [http://c:3], health: {protocol: tcp}}, db: {targets: [http://d:4], health: {service: x}}}\nroutes: [{name: r, upstream: api, match: {path_prefix: /a/}}, {name: q, upstream: db, match: {path_prefix: /d/}}, {name: s, upstream: web}]", []string{
+		"upstreams.api.targets[0]: a grpc health check needs HTTP/2: write h2c:// (or https://) instead of http://",
+		"upstreams.api.health.path: is for protocol: http only; a grpc check asks grpc.health.v1.Health/Check about service",
+		`upstreams.web.health.protocol: must be http or grpc (got "tcp")`,
+		"upstreams.db.health.service: is for protocol: grpc only; an http check asks for path"}},
+	{"upstream grpc health ok", "upstreams: {api: {targets: [h2c://b:2, https://c:3], health: {protocol: grpc, service: my.pkg.Svc}}}\nroutes: [{name: r, upstream: api}]", nil},
 	{"upstreams ok", "upstreams: {api: {targets: [\"http://a:1#w=3\", https://b:2, h2c://c:3], balance: hash, retries: 0, health: {path: /hz, interval: 1s, timeout: 1s}}}\nroutes: [{name: r, upstream: api, max_body: 10MiB, max_duration: 1h, strip_prefix: /v1, match: {path_prefix: /v1/, host: \"*.example.com\", headers: {X-Tenant: acme}}}]", nil},
 	{"route names and upstream", "upstreams: {api: {targets: [http://a:1]}}\nroutes: [{upstream: api, match: {host: w}}, {name: \"a\\\"b\", upstream: api, match: {host: x}}, {name: r, upstream: apl, match: {host: y}}, {name: r, match: {host: z}}]", []string{
 		"routes[0].name: required: the route's name",
@@ -778,7 +784,9 @@ var configFields = map[string]struct {
 	"policies[].match.route":            {def: "", checked: true},
 	"upstreams.<name>.targets":          {def: "[]", checked: true},
 	"upstreams.<name>.balance":          {def: "round_robin", checked: true},
+	"upstreams.<name>.health.protocol":  {def: "http", checked: true},
 	"upstreams.<name>.health.path":      {def: "/healthz", checked: true},
+	"upstreams.<name>.health.service":   {checked: true},
 	"upstreams.<name>.health.interval":  {def: "5s", checked: true},
 	"upstreams.<name>.health.timeout":   {def: "1s", checked: true},
 	"upstreams.<name>.health.unhealthy": {def: "3", checked: true},

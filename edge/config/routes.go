@@ -43,11 +43,17 @@ type Upstream struct {
 }
 
 // HealthCheck is a pool's active health check: a GET of Path on every target every
-// Interval (jittered by ±10 % so a fleet does not probe in step).
+// Interval (jittered by ±10 % so a fleet does not probe in step), or gRPC's health
+// protocol (grpc.health.v1.Health/Check) with Protocol grpc.
 type HealthCheck struct {
-	// Path is the request path of the check; a 2xx or 3xx answer is a success.
-	// If empty, "/healthz" is used.
+	// Protocol is http or grpc. If empty, http is used.
+	Protocol string `yaml:"protocol"`
+	// Path is the request path of an http check; a 2xx or 3xx answer is a success.
+	// If empty, "/healthz" is used. Not with grpc.
 	Path string `yaml:"path"`
+	// Service is the service a grpc check asks about; empty: the server as a whole.
+	// Only with grpc.
+	Service string `yaml:"service"`
 	// Interval is the time between checks of one target. If zero, 5s is used;
 	// from 50ms to 1h.
 	Interval time.Duration `yaml:"interval"`
@@ -233,7 +239,10 @@ func (c *Config) defaultRoutes() {
 		u.Timeout = cmp.Or(u.Timeout, defaultUpstreamTimeout)
 		u.MaxConnections = cmp.Or(u.MaxConnections, 1024)
 		if h := u.Health; h != nil {
-			h.Path = cmp.Or(h.Path, "/healthz")
+			h.Protocol = cmp.Or(h.Protocol, "http")
+			if h.Protocol == "http" {
+				h.Path = cmp.Or(h.Path, "/healthz")
+			}
 			h.Interval = cmp.Or(h.Interval, 5*time.Second)
 			h.Timeout = cmp.Or(h.Timeout, time.Second)
 			h.Unhealthy = cmp.Or(h.Unhealthy, 3)
@@ -329,8 +338,28 @@ func (c *Config) checkUpstream(k *checker, name string, u Upstream) {
 	k.between(path+".max_connections", u.MaxConnections, 1, 1000000)
 	if h := u.Health; h != nil {
 		hp := path + ".health"
-		if !strings.HasPrefix(h.Path, "/") || hasControl(h.Path) || strings.ContainsAny(h.Path, " #") {
-			k.add(hp+".path", `must be a path starting with "/", such as /healthz (got %q)`, h.Path)
+		switch h.Protocol {
+		case "http":
+			if !strings.HasPrefix(h.Path, "/") || hasControl(h.Path) || strings.ContainsAny(h.Path, " #") {
+				k.add(hp+".path", `must be a path starting with "/", such as /healthz (got %q)`, h.Path)
+			}
+			if h.Service != "" {
+				k.add(hp+".service", "is for protocol: grpc only; an http check asks for path")
+			}
+		case "grpc":
+			if h.Path != "" {
+				k.add(hp+".path", "is for protocol: http only; a grpc check asks grpc.health.v1.Health/Check about service")
+			}
+			if hasControl(h.Service) {
+				k.add(hp+".service", "must be a gRPC service name such as my.pkg.Service (got %q)", h.Service)
+			}
+			for i, s := range u.Targets {
+				if t, err := ParseTarget(s); err == nil && t.URL.Scheme == "http" {
+					k.add(fmt.Sprintf("%s.targets[%d]", path, i), "a grpc health check needs HTTP/2: write h2c:// (or https://) instead of http://")
+				}
+			}
+		default:
+			k.add(hp+".protocol", "must be http or grpc (got %q)", h.Protocol)
 		}
 		switch {
 		case h.Interval < 50*time.Millisecond:

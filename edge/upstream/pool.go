@@ -109,6 +109,8 @@ type Target struct {
 // jittered by ±10 %.
 type HealthCheck struct {
 	Path      string        // request path; 2xx and 3xx are successes
+	GRPC      bool          // gRPC's health protocol instead (grpcHealth), asking about Service
+	Service   string        // the service a GRPC check asks about; "": the server
 	Interval  time.Duration // between two checks of one target; at least 10ms
 	Timeout   time.Duration // bound of one check; if zero, Interval
 	Unhealthy int           // failures in a row that take a target out; if zero, 1

@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -654,4 +655,23 @@ func TestHealthChecksOutsideMaxConnections(t *testing.T) {
 	if s := p.Stats().Targets[0].State; s != "healthy" {
 		t.Errorf("the target is %s while two long polls hold its connections", s)
 	}
+}
+
+// FuzzServing: whatever a target answers a gRPC health check with, serving does not
+// panic, and says SERVING only for a message whose status field is 1.
+func FuzzServing(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 2, 0x08, 0x01})                  // SERVING
+	f.Add([]byte{0, 0, 0, 0, 2, 0x08, 0x02})                  // NOT_SERVING
+	f.Add([]byte{0, 0, 0, 0, 5, 0x12, 0x01, 'x', 0x08, 0x01}) // an unknown field first
+	f.Add([]byte{0, 0, 0, 0, 0})                              // UNKNOWN
+	f.Add([]byte{1, 0, 0, 0, 2, 0x08, 0x01})                  // compressed
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0x08, 0x01})      // a length past the body
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !serving(body) {
+			return
+		}
+		if len(body) < 7 || body[0] != 0 || int(binary.BigEndian.Uint32(body[1:5])) != len(body)-5 || !bytes.Contains(body[5:], []byte{0x08, 0x01}) {
+			t.Fatalf("serving(%x) = true", body)
+		}
+	})
 }
