@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,5 +233,89 @@ func TestGRPCHealthCheck(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "SERVING to bring the target back", func() bool { return state() == "healthy" })
 	if c := call(); c != codes.OK {
 		t.Errorf("a call once SERVING again: %v", c)
+	}
+}
+
+// killListener resets every connection it accepted at once, as a killed process's
+// kernel would.
+type killListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *killListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *killListener) kill() {
+	l.Listener.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}
+}
+
+// A gRPC stream that breaks after its first message ends with a gRPC status, as a
+// gRPC server would end it: UNAVAILABLE when the upstream goes away, DEADLINE_EXCEEDED
+// when the route's max_duration passes — not a reset, which grpc-go reports as
+// INTERNAL (a server's bug).
+func TestGRPCStreamBrokenMidwayEndsWithStatus(t *testing.T) {
+	watch := func(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+		st.Send(&testgrpc.StreamingOutputCallResponse{})
+		<-st.Context().Done()
+		return nil
+	}
+	for _, tc := range []struct {
+		name        string
+		want        codes.Code
+		maxDuration time.Duration
+	}{
+		{"upstream killed", codes.Unavailable, 0},
+		{"max_duration", codes.DeadlineExceeded, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kl := &killListener{Listener: ln}
+			gs := grpc.NewServer()
+			testgrpc.RegisterTestServiceServer(gs, &streamService{out: watch})
+			go gs.Serve(kl)
+			t.Cleanup(gs.Stop)
+			e := startEdge(t, func(c *config.Config) {
+				c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
+				c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc", MaxDuration: tc.maxDuration}}
+			})
+			conn, err := grpc.NewClient(e.Addr().String(), append(staticWindow, grpc.WithTransportCredentials(credentials.NewTLS(insecureTLS.Clone())))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s, err := testgrpc.NewTestServiceClient(conn).StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+			if err == nil {
+				_, err = s.Recv()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.maxDuration == 0 {
+				kl.kill()
+			}
+			if _, err = s.Recv(); status.Code(err) != tc.want {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
 	}
 }

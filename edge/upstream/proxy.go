@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -170,8 +172,17 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 	if stream && hasBody(r.Method, res.StatusCode) {
 		rc.Flush() // the header goes now, whenever the body's first bytes come
 	}
-	if err := copyBody(w, rc, res.Body, stream); err != nil {
+	var body io.Reader = res.Body
+	var frames *grpcFrames
+	if r.ProtoMajor >= 2 && isGRPC(res.Header["Content-Type"]) {
+		frames = &grpcFrames{r: res.Body}
+		body = frames
+	}
+	if err := copyBody(w, rc, body, stream); err != nil {
 		res.Body.Close()
+		if frames != nil && grpcEnd(h, r, err, frames) {
+			return // the stream ends with the gRPC status in its trailers
+		}
 		if abortable(r) {
 			panic(http.ErrAbortHandler) // the server resets the stream or closes the connection
 		}
@@ -411,10 +422,10 @@ func copyBody(w http.ResponseWriter, rc *http.ResponseController, body io.Reader
 		if nr > 0 {
 			nw, werr := w.Write(buf[:nr])
 			if werr != nil {
-				return werr
+				return clientError{werr}
 			}
 			if nw != nr {
-				return io.ErrShortWrite
+				return clientError{io.ErrShortWrite}
 			}
 			if flush {
 				rc.Flush()
@@ -427,6 +438,83 @@ func copyBody(w http.ResponseWriter, rc *http.ResponseController, body io.Reader
 			return rerr
 		}
 	}
+}
+
+// clientError is copyBody's error of a write to the client: nothing more reaches it.
+type clientError struct{ error }
+
+func (e clientError) Unwrap() error { return e.error }
+
+// isGRPC reports whether a Content-Type is gRPC's: application/grpc, or
+// application/grpc+proto and the like, not gRPC-Web.
+func isGRPC(v []string) bool {
+	if len(v) == 0 {
+		return false
+	}
+	rest, ok := strings.CutPrefix(v[0], "application/grpc")
+	return ok && (rest == "" || rest[0] == '+' || rest[0] == ';')
+}
+
+// grpcFrames follows the length-prefixed messages of a gRPC response body as it is
+// read, so that a body that breaks can be told as broken between two messages or
+// inside one.
+type grpcFrames struct {
+	r    io.Reader
+	head [5]byte
+	nh   int    // bytes of the current message's prefix read
+	left uint32 // bytes of its payload still to come
+}
+
+func (g *grpcFrames) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if g.left > 0 {
+			k := min(uint32(len(b)), g.left)
+			g.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(g.head[g.nh:], b)
+		g.nh += k
+		b = b[k:]
+		if g.nh == len(g.head) {
+			g.nh, g.left = 0, binary.BigEndian.Uint32(g.head[1:])
+		}
+	}
+	return n, err
+}
+
+// grpcEnd ends a gRPC response whose upstream body broke (err, not the client's) at a
+// message boundary the way a gRPC server would: with a status in the trailers —
+// DEADLINE_EXCEEDED when the route's max_duration passed, UNAVAILABLE when the
+// upstream went away — rather than a reset, which gRPC clients report as INTERNAL,
+// a server's bug. Inside a message, or when the client went away, it reports false.
+func grpcEnd(h http.Header, r *http.Request, err error, g *grpcFrames) bool {
+	var ce clientError
+	if errors.As(err, &ce) || g.nh != 0 || g.left != 0 || r.Context().Err() == context.Canceled {
+		return false
+	}
+	code, msg := "14", "the upstream ended the stream: "+err.Error()
+	if r.Context().Err() == context.DeadlineExceeded {
+		code, msg = "4", "the route's max_duration passed"
+	}
+	h[http.TrailerPrefix+"Grpc-Status"] = []string{code}
+	h[http.TrailerPrefix+"Grpc-Message"] = []string{grpcPercentEncode(msg)}
+	return true
+}
+
+// grpcPercentEncode encodes a grpc-message value: bytes outside printable ASCII and
+// '%' as %XX (the gRPC over HTTP/2 spec).
+func grpcPercentEncode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // abortable reports whether the server r came to recovers http.ErrAbortHandler:
