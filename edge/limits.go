@@ -2,11 +2,11 @@ package edge
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/h3edge/h3edge/edge/answer"
 	"github.com/h3edge/h3edge/edge/slowbody"
+	"github.com/h3edge/h3edge/edge/upstream"
 )
 
 // Slow clients (limits:, and a route's own). A body that makes no progress for
@@ -24,7 +24,7 @@ import (
 // meant. Like a WebSocket's, its time is bounded by the route's max_duration and its
 // source's share of limits.max_inflight_requests.
 func (s *Server) bodyTimeout(w http.ResponseWriter, r *http.Request, now time.Time, next step, d time.Duration) {
-	if r.Body == nil || r.Body == http.NoBody || isGRPCStream(r) {
+	if r.Body == nil || r.Body == http.NoBody || r.ProtoMajor >= 2 && upstream.IsGRPC(r.Header["Content-Type"]) {
 		next(w, r, now)
 		return
 	}
@@ -48,16 +48,4 @@ func writeBodyTimeout(w http.ResponseWriter, r *http.Request) {
 	}
 	answer.Problem(w, r, http.StatusRequestTimeout, "Request Timeout",
 		"the request body made no progress for body_read_timeout")
-}
-
-// isGRPCStream reports whether r is a gRPC call: HTTP/2 or HTTP/3 with the content-type
-// application/grpc, application/grpc+proto and the like — not gRPC-Web
-// (application/grpc-web), whose requests are single messages.
-func isGRPCStream(r *http.Request) bool {
-	v := r.Header["Content-Type"]
-	if r.ProtoMajor < 2 || len(v) == 0 {
-		return false
-	}
-	rest, ok := strings.CutPrefix(v[0], "application/grpc")
-	return ok && (rest == "" || rest[0] == '+' || rest[0] == ';')
 }

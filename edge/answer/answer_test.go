@@ -95,15 +95,3 @@ func TestGRPCStatus(t *testing.T) {
 		}
 	}
 }
-
-func TestPercentEncode(t *testing.T) {
-	for in, want := range map[string]string{
-		"quota exceeded for policy burst": "quota exceeded for policy burst",
-		"100% done":                       "100%25 done",
-		"línea\n":                         "l%C3%ADnea%0A",
-	} {
-		if got := percentEncode(in); got != want {
-			t.Errorf("percentEncode(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

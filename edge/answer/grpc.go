@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/h3edge/h3edge/headers"
 )
 
 // GRPC status codes (google.golang.org/grpc/codes), for the refusals the edge makes.
@@ -50,30 +52,6 @@ func writeGRPC(w http.ResponseWriter, status int, message string) {
 	h := w.Header()
 	h[contentType] = grpcType
 	h[grpcStatus] = []string{strconv.Itoa(GRPCStatus(status))}
-	h[grpcMessage] = []string{percentEncode(message)}
+	h[grpcMessage] = []string{headers.GRPCMessage(message)}
 	w.WriteHeader(http.StatusOK)
-}
-
-// percentEncode encodes a grpc-message value: bytes outside printable ASCII and '%'
-// are sent as %XX (the gRPC over HTTP/2 specification).
-func percentEncode(s string) string {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' || c > '~' || c == '%' {
-			n++
-		}
-	}
-	if n == 0 {
-		return s
-	}
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(s)+2*n)
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' || c > '~' || c == '%' {
-			b = append(b, '%', hex[c>>4], hex[c&15])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return string(b)
 }

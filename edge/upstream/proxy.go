@@ -174,7 +174,7 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var body io.Reader = res.Body
 	var frames *grpcFrames
-	if r.ProtoMajor >= 2 && isGRPC(res.Header["Content-Type"]) {
+	if r.ProtoMajor >= 2 && IsGRPC(res.Header["Content-Type"]) {
 		frames = &grpcFrames{r: res.Body}
 		body = frames
 	}
@@ -445,9 +445,10 @@ type clientError struct{ error }
 
 func (e clientError) Unwrap() error { return e.error }
 
-// isGRPC reports whether a Content-Type is gRPC's: application/grpc, or
-// application/grpc+proto and the like, not gRPC-Web.
-func isGRPC(v []string) bool {
+// IsGRPC reports whether a Content-Type field is gRPC's: application/grpc, or
+// application/grpc+proto and the like — not gRPC-Web (application/grpc-web), whose
+// requests are single messages.
+func IsGRPC(v []string) bool {
 	if len(v) == 0 {
 		return false
 	}
@@ -494,27 +495,15 @@ func grpcEnd(h http.Header, r *http.Request, err error, g *grpcFrames) bool {
 	if errors.As(err, &ce) || g.nh != 0 || g.left != 0 || r.Context().Err() == context.Canceled {
 		return false
 	}
-	code, msg := "14", "the upstream ended the stream: "+err.Error()
+	// Printable ASCII, so no percent-encoding; the upstream's error (its address among
+	// it) is not the client's to read, as proxyError's answers do not say it either.
+	code, msg := "14", "the upstream ended the stream"
 	if r.Context().Err() == context.DeadlineExceeded {
 		code, msg = "4", "the route's max_duration passed"
 	}
 	h[http.TrailerPrefix+"Grpc-Status"] = []string{code}
-	h[http.TrailerPrefix+"Grpc-Message"] = []string{grpcPercentEncode(msg)}
+	h[http.TrailerPrefix+"Grpc-Message"] = []string{msg}
 	return true
-}
-
-// grpcPercentEncode encodes a grpc-message value: bytes outside printable ASCII and
-// '%' as %XX (the gRPC over HTTP/2 spec).
-func grpcPercentEncode(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
-			fmt.Fprintf(&b, "%%%02X", c)
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
 }
 
 // abortable reports whether the server r came to recovers http.ErrAbortHandler:
