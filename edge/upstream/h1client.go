@@ -143,8 +143,6 @@ func replayable(req *http.Request) bool {
 	return key || xkey
 }
 
-// timeoutAs reports err as ErrTimeout when deadline passed, as Pool.try's context
-// reports it for other transports.
 // notSentError is the error of a try that sent nothing: no connection could be had,
 // as the dial failed or the wait for one of max_connections outlasted the timeout
 // (queued). Such a try is retried whatever the method (isDialError), and a wait for a
@@ -167,6 +165,8 @@ func queuedOnly(err error) bool {
 	return errors.As(err, &ns) && ns.queued
 }
 
+// timeoutAs reports err as ErrTimeout when deadline passed, as Pool.try's context
+// reports it for other transports.
 func timeoutAs(err error, deadline time.Time) error {
 	var ne net.Error
 	if !deadline.IsZero() && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(deadline) {
@@ -549,7 +549,14 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 	ctx := req.Context()
 	pc.nread = 0
 	pc.watch(ctx)
+	// With a body, the header's deadline is set once the body is sent (below): the
+	// time the client took to upload it is not the origin's. Until then no read is
+	// made, so a deadline left from the last request does no harm.
+	withBody := req.Body != nil && req.Body != http.NoBody && !deadline.IsZero()
+	var sending time.Time
 	switch {
+	case withBody:
+		sending = time.Now()
 	case !deadline.IsZero():
 		// The write of a request of at most maxInlineBody does not block on
 		// loopback buffers; the read of the header is what waits for the origin.
@@ -567,11 +574,6 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 		}
 		return nil, err
 	}
-	var sending time.Time
-	withBody := req.Body != nil && req.Body != http.NoBody && !deadline.IsZero()
-	if withBody {
-		sending = time.Now()
-	}
 	if err := writeRequest(pc.bw, head, req); err != nil {
 		return fail(err)
 	}
@@ -579,9 +581,8 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 		return fail(err)
 	}
 	if withBody {
-		// The wait for the header starts once the body is sent: the time the
-		// client took to upload it is not the origin's.
 		pc.nc.SetReadDeadline(deadline.Add(time.Since(sending)))
+		pc.readDeadline = true
 	}
 	var trace *httptrace.ClientTrace
 	n1xx := 0

@@ -226,7 +226,6 @@ type deadlineTransport interface {
 	roundTripBy(req *http.Request, deadline time.Time, info informer) (*http.Response, error)
 }
 
-// failed records a failure of t, reporting whether it ejected t.
 // gatewayFailure tells the answers that count toward a passive ejection, as the
 // connection errors and timeouts do: 502, 503 and 504 say the target (or what is
 // behind it) cannot serve. A 500 or another 5xx is the application's answer about one
@@ -236,6 +235,7 @@ func gatewayFailure(code int) bool {
 	return code == http.StatusBadGateway || code == http.StatusServiceUnavailable || code == http.StatusGatewayTimeout
 }
 
+// failed records a failure of t, reporting whether it ejected t.
 func (p *Pool) failed(t *target, now int64) bool {
 	return t.fail(p.cfg.Passive, now)
 }
