@@ -266,21 +266,21 @@ func (a *abuse) answered(id uint32) bool {
 	return ok
 }
 
-// wrote notes a frame the server writes: typ, flags, stream id.
+// wrote notes a frame the server writes: typ, flags, stream id. A HEADERS frame that
+// leaves the stream open answers it; END_STREAM or RST_STREAM ends it.
 func (a *abuse) wrote(typ, flags uint8, id uint32) {
-	switch typ {
-	case frameData, frameHeaders:
+	data := typ == frameData || typ == frameHeaders
+	if data {
 		a.sent.Store(true)
-	case frameRSTStream:
-	default:
-		return
 	}
-	if id == 0 || typ == frameData && flags&flagEndStream == 0 {
+	answers := typ == frameHeaders && flags&flagEndStream == 0
+	ends := data && flags&flagEndStream != 0 || typ == frameRSTStream
+	if id == 0 || !answers && !ends {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if typ == frameHeaders && flags&flagEndStream == 0 {
+	if answers {
 		if a.open == nil {
 			a.open = make(map[uint32]struct{})
 		}
