@@ -40,9 +40,10 @@ func (s *Server) buildOrigin(cfg *config.Config, prev *routing) (http.Handler, *
 // the rest the pool drops: upstream.ClientAddrField) reach the origin.
 func forwarded(trusted func() []netip.Prefix) func(out, in *http.Request) {
 	return func(out, in *http.Request) {
-		peer := identity.PeerAddr(in).String()
+		pa := identity.PeerAddr(in)
+		peer := pa.String()
 		xff := peer
-		if ts := trusted(); len(ts) > 0 && identity.Contains(ts, identity.PeerAddr(in)) {
+		if ts := trusted(); len(ts) > 0 && identity.Contains(ts, pa) {
 			if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
 				xff = joinComma(prior) + ", " + peer
 			}

@@ -316,12 +316,16 @@ func (c *Config) checkUpstream(k *checker, name string, u Upstream) {
 		k.add(path+".targets", "at most %d targets (got %d)", maxTargets, len(u.Targets))
 	}
 	seen := map[string]int{}
+	var plain []int // the http:// targets, which a grpc health check cannot reach
 	for i, s := range u.Targets {
 		tp := fmt.Sprintf("%s.targets[%d]", path, i)
 		t, err := ParseTarget(s)
 		if err != nil {
 			k.addError(FieldError{Path: tp, Problem: err.Error()})
 			continue
+		}
+		if t.URL.Scheme == "http" {
+			plain = append(plain, i)
 		}
 		key := t.URL.Scheme + "://" + strings.ToLower(t.URL.Host)
 		if j, dup := seen[key]; dup {
@@ -353,10 +357,8 @@ func (c *Config) checkUpstream(k *checker, name string, u Upstream) {
 			if hasControl(h.Service) {
 				k.add(hp+".service", "must be a gRPC service name such as my.pkg.Service (got %q)", h.Service)
 			}
-			for i, s := range u.Targets {
-				if t, err := ParseTarget(s); err == nil && t.URL.Scheme == "http" {
-					k.add(fmt.Sprintf("%s.targets[%d]", path, i), "a grpc health check needs HTTP/2: write h2c:// (or https://) instead of http://")
-				}
+			for _, i := range plain {
+				k.add(fmt.Sprintf("%s.targets[%d]", path, i), "a grpc health check needs HTTP/2: write h2c:// (or https://) instead of http://")
 			}
 		default:
 			k.add(hp+".protocol", "must be http or grpc (got %q)", h.Protocol)
