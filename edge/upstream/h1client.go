@@ -458,6 +458,14 @@ type capConn struct {
 	once sync.Once
 }
 
+// CloseWrite ends the connection's writing half (a tunnel's client ended its own).
+func (cc *capConn) CloseWrite() error {
+	if cw, ok := cc.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("upstream: the connection cannot close its writing half")
+}
+
 func (cc *capConn) Close() error {
 	err := cc.Conn.Close()
 	cc.once.Do(cc.c.release)

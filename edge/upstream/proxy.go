@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The proxy loop: what net/http/httputil's ReverseProxy did for a pool, done by the
@@ -56,6 +59,8 @@ type exchange struct {
 	// from its own goroutine after the try has ended.
 	mu   sync.Mutex
 	done bool
+	// upConn is the connection an Upgrade's try got, for a 101's writing half.
+	upConn net.Conn
 }
 
 // informer is told of a try's 1xx responses, as ReverseProxy's Got1xxResponse hook.
@@ -118,6 +123,9 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 	if upType != "" {
 		out.Header["Connection"] = connUpgrade
 		out.Header["Upgrade"] = []string{upType}
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+			GotConn: func(ci httptrace.GotConnInfo) { x.upConn = ci.Conn }, // each try's; the last is the 101's
+		}))
 	}
 	x.url.RawQuery = cleanQuery(x.url.RawQuery)
 	p.rewrite(out, r)
@@ -138,7 +146,7 @@ func (p *Pool) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		p.switchProtocols(w, out, res)
+		p.switchProtocols(w, out, res, x.upConn)
 		return
 	}
 	if res.StatusCode < 100 { // http.ReadResponse takes 000-099; WriteHeader panics on them
@@ -517,8 +525,11 @@ func abortable(r *http.Request) bool {
 // switchProtocols carries a 101 Switching Protocols (a WebSocket) as ReverseProxy
 // does: the client's connection is hijacked (on HTTP/2 and HTTP/3, package tunnel
 // makes the extended CONNECT's stream one), the 101 written to it, and bytes copied
-// both ways until one side ends or the request's context does.
-func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *http.Response) {
+// both ways until both sides end, one side fails, or the request's context ends.
+// upConn, the connection the 101 came on, ends the origin's writing half when the
+// client ends its own (a WebSocket client's END_STREAM after its close frame): the
+// origin's answer to it still reaches the client.
+func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *http.Response, upConn net.Conn) {
 	fail := func(err error) {
 		res.Body.Close()
 		p.errorHandler(w, req, err)
@@ -569,19 +580,44 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 		p.errorHandler(w, req, fmt.Errorf("response flush: %v", err))
 		return
 	}
-	errc := make(chan error, 1)
 	var fromClient io.Reader = conn
 	if n := brw.Reader.Buffered(); n > 0 {
 		// Sent with the handshake, before the 101 (a client that does not wait):
 		// already in the server's buffer, not to be lost.
 		fromClient = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)
 	}
-	go copyHalf(backConn, fromClient, errc) // client → origin
-	go copyHalf(conn, backConn, errc)       // origin → client
-	if err := <-errc; err == nil {
-		<-errc
+	var toOrigin io.Writer = backConn
+	if cw, ok := upConn.(closeWriter); ok {
+		toOrigin = halfConn{backConn, cw} // writes through the 101's body, as it buffers nothing
 	}
+	errc := make(chan error, 2)
+	go copyHalf(toOrigin, fromClient, errc) // client → origin
+	go copyHalf(conn, backConn, errc)       // origin → client
+	if err := <-errc; err != nil {
+		return // failed, or the side that ended has no half to close: the tunnel ends
+	}
+	// One side ended and the other was told so: what its peer still sends passes,
+	// for as long as the pool's timeout, after which a peer that goes on is cut off.
+	linger := time.NewTimer(p.cfg.Timeout)
+	select {
+	case <-errc:
+	case <-linger.C:
+	}
+	linger.Stop()
 }
+
+// closeWriter is a connection whose writing half can end alone: TCP's (a FIN) and
+// TLS's (close_notify).
+type closeWriter interface{ CloseWrite() error }
+
+// halfConn is the origin's side of a tunnel: bytes go through w, the end through cw.
+type halfConn struct {
+	w  io.Writer
+	cw closeWriter
+}
+
+func (h halfConn) Write(p []byte) (int, error) { return h.w.Write(p) }
+func (h halfConn) CloseWrite() error           { return h.cw.CloseWrite() }
 
 // closeWhenDone closes an upgraded connection to the origin when req's context ends
 // (the client went, max_duration passed) or the switch is over; when the context
@@ -606,7 +642,7 @@ func copyHalf(dst io.Writer, src io.Reader, errc chan<- error) {
 		errc <- err
 		return
 	}
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+	if cw, ok := dst.(closeWriter); ok {
 		errc <- cw.CloseWrite()
 		return
 	}
