@@ -319,3 +319,63 @@ func TestGRPCStreamBrokenMidwayEndsWithStatus(t *testing.T) {
 		})
 	}
 }
+
+// A server-streaming call's response header comes with its first message (grpc-go
+// sends them together), which may come later than the pool's timeout. A client that
+// set a deadline is given it: the edge waits for the header as long as the client
+// said it would. Without a deadline the pool's timeout holds. A client deadline that
+// passes at the edge is the client's DEADLINE_EXCEEDED, not the target's failure: it
+// ejects nothing.
+func TestGRPCClientDeadlineBoundsTheFirstMessage(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := streamsThroughEdge(t, &streamService{out: func(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+		if len(r.ResponseParameters) == 0 { // a watch with nothing to say
+			<-st.Context().Done()
+			return nil
+		}
+		select { // the first event comes after three of the pool's timeouts
+		case <-time.After(3 * timeout):
+		case <-st.Context().Done():
+			return nil
+		}
+		return st.Send(&testgrpc.StreamingOutputCallResponse{})
+	}}, func(c *config.Config) {
+		u := c.Upstreams["rpc"]
+		u.Timeout = timeout
+		u.Passive = config.Passive{Failures: 2, Within: time.Minute, Eject: time.Minute}
+		c.Upstreams["rpc"] = u
+	})
+	event := &testgrpc.StreamingOutputCallRequest{ResponseParameters: []*testgrpc.ResponseParameters{{}}}
+	call := func(ctx context.Context, req *testgrpc.StreamingOutputCallRequest) error {
+		s, err := c.StreamingOutputCall(ctx, req)
+		if err == nil {
+			_, err = s.Recv()
+		}
+		return err
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := call(ctx, event); err != nil {
+		t.Fatalf("a call with a 10s deadline whose first message comes after %v: %v, want it", 3*timeout, err)
+	}
+
+	start := time.Now()
+	err := call(t.Context(), event) // no deadline: no grpc-timeout
+	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) > 2*timeout+time.Second {
+		t.Errorf("without a deadline: %v after %v, want DEADLINE_EXCEEDED at the pool's timeout (%v)", err, time.Since(start), timeout)
+	}
+	// That was the target's timeout: one failure of the two that eject. The client
+	// deadlines that pass now are not the target's.
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*timeout)
+		err := call(ctx, &testgrpc.StreamingOutputCallRequest{})
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("watch %d past its deadline: %v, want DEADLINE_EXCEEDED", i, err)
+		}
+	}
+	if _, err := c.EmptyCall(t.Context(), &testgrpc.Empty{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("after three client deadlines: %v, want the target's UNIMPLEMENTED (a client's deadline ejected it)", err)
+	}
+}

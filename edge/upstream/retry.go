@@ -96,6 +96,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		timer  *time.Timer
 	)
 	start := time.Now()
+	timeout, clientDeadline := p.tryTimeout(req)
 	dt, direct := t.rt.(deadlineTransport)
 	// The try's request, URL and body reader share one allocation (the exchange's, for
 	// a first try).
@@ -110,7 +111,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: info.got1xx})
 		}
 		ctx, cancel = context.WithCancelCause(ctx)
-		timer = time.AfterFunc(p.cfg.Timeout, func() { cancel(ErrTimeout) })
+		timer = time.AfterFunc(timeout, func() { cancel(ErrTimeout) })
 		out = out.WithContext(ctx)
 	}
 	u := &tr.url
@@ -126,14 +127,14 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		*ab = attemptBody{rb: body}
 		out.Body = ab
 		if !direct {
-			out.Body = &progressBody{ReadCloser: ab, timer: timer, d: p.cfg.Timeout}
+			out.Body = &progressBody{ReadCloser: ab, timer: timer, d: timeout}
 		}
 	}
 
 	t.inflight.Add(1)
 	p.inflight.Add(1)
 	if direct {
-		resp, err = dt.roundTripBy(out, start.Add(p.cfg.Timeout), info)
+		resp, err = dt.roundTripBy(out, start.Add(timeout), info)
 	} else {
 		resp, err = t.rt.RoundTrip(out)
 		timer.Stop()
@@ -157,6 +158,9 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 			return nil, err, reached
 		}
 		t.stats.errors.Add(1)
+		if clientDeadline && err == ErrTimeout {
+			return nil, err, reached // the client's deadline passed, not the pool's timeout
+		}
 		if req.Context().Err() == nil && !queuedOnly(err) && p.failed(t, now) {
 			p.log.Warn("target ejected", "target", t.key, "reason", err.Error(), "for", p.cfg.Passive.Eject)
 		}
