@@ -109,6 +109,7 @@ func (s *Server) newPool(cfg *config.Config, name string, set poolSettings, inhe
 		Name:           name,
 		Retries:        *up.Retries,
 		Timeout:        up.Timeout,
+		ReadTimeout:    up.ReadTimeout,
 		MaxConnections: up.MaxConnections,
 		Rewrite:        forwarded(s.trustedPrefixes),
 		ErrorHandler:   proxyError,

@@ -523,10 +523,11 @@ var validationCases = []validationCase{
 		`upstreams.api.targets[5]: must not carry a user or password`,
 		`upstreams.api.targets[6]: https://e:3 is already targets[4]; give it a weight`,
 		`upstreams.none.targets: required: at least one target`}},
-	{"upstream options", "upstreams: {api: {targets: [http://a:1], balance: random, retries: 9, timeout: -1s, max_connections: -1, passive: {failures: -1, within: 2h, eject: -1s}}}\nroutes: [{name: r, upstream: api}]", []string{
+	{"upstream options", "upstreams: {api: {targets: [http://a:1], balance: random, retries: 9, timeout: -1s, read_timeout: 721h, max_connections: -1, passive: {failures: -1, within: 2h, eject: -1s}}}\nroutes: [{name: r, upstream: api}]", []string{
 		`upstreams.api.balance: unknown balance "random"; use one of round_robin, least_requests, hash`,
 		"upstreams.api.retries: must be from 0 to 5 (got 9)",
 		"upstreams.api.timeout: must be more than 0",
+		"upstreams.api.read_timeout: must be at most 720h (got 721h0m0s)",
 		"upstreams.api.max_connections: must be from 1 to 1000000 (got -1)",
 		"upstreams.api.passive.failures: must be from 1 to 10000 (got -1)",
 		"upstreams.api.passive.within: must be at most 1h (got 2h0m0s)",
@@ -796,6 +797,7 @@ var configFields = map[string]struct {
 	"upstreams.<name>.passive.eject":    {def: "30s", checked: true},
 	"upstreams.<name>.retries":          {def: "1", checked: true},
 	"upstreams.<name>.timeout":          {def: "30s", checked: true},
+	"upstreams.<name>.read_timeout":     {def: "5m0s", doc: "5m", checked: true},
 	"upstreams.<name>.max_connections":  {def: "1024", checked: true},
 	"upstreams.<name>.ca":               {def: ""}, // a path, read when the pool is built
 	"routes[].name":                     {def: "", checked: true},

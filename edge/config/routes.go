@@ -34,6 +34,10 @@ type Upstream struct {
 	// Timeout bounds the wait for a target's response header (queueing for a
 	// connection and dialling included); then 504. If zero, 30s is used; at most 10m.
 	Timeout time.Duration `yaml:"timeout"`
+	// ReadTimeout bounds each wait for the next bytes of a response body once its
+	// header has come (a gRPC client's longer deadline in its place); past it the
+	// response is cut off. If zero, 5m is used; at most 720h.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// MaxConnections caps the connections to each target; requests over it wait for
 	// one, up to Timeout. If zero, 1024 is used; at most 1000000.
 	MaxConnections int `yaml:"max_connections"`
@@ -217,6 +221,9 @@ const (
 	balanceRoundRobin = "round_robin"
 	// DefaultRetries is Upstream.Retries when it is not set.
 	DefaultRetries = 1
+	// DefaultReadTimeout is Upstream.ReadTimeout when it is not set: Envoy's stream
+	// idle timeout, long enough for the heartbeats of SSE and gRPC watches.
+	DefaultReadTimeout = 5 * time.Minute
 )
 
 var (
@@ -237,6 +244,7 @@ func (c *Config) defaultRoutes() {
 			u.Retries = &r
 		}
 		u.Timeout = cmp.Or(u.Timeout, defaultUpstreamTimeout)
+		u.ReadTimeout = cmp.Or(u.ReadTimeout, DefaultReadTimeout)
 		u.MaxConnections = cmp.Or(u.MaxConnections, 1024)
 		if h := u.Health; h != nil {
 			h.Protocol = cmp.Or(h.Protocol, "http")
@@ -339,6 +347,7 @@ func (c *Config) checkUpstream(k *checker, name string, u Upstream) {
 		k.between(path+".retries", *u.Retries, 0, 5)
 	}
 	k.duration(path+".timeout", u.Timeout, 10*time.Minute)
+	k.duration(path+".read_timeout", u.ReadTimeout, 720*time.Hour)
 	k.between(path+".max_connections", u.MaxConnections, 1, 1000000)
 	if h := u.Health; h != nil {
 		hp := path + ".health"

@@ -43,23 +43,21 @@ func grpcTimeout(v string) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
-// tryTimeout is how long a try of req waits for the response header: the pool's
-// timeout, or a gRPC client's own deadline when it is longer — a server-streaming
-// call's header comes with its first message, which may be long in coming, and the
-// client said how long it waits. clientDeadline tells the second case, whose passing
-// is not the target's failure. A shorter deadline changes nothing: the client gives up
-// itself, and a client's deadline must not eject a target that would have answered.
-func (p *Pool) tryTimeout(req *http.Request) (d time.Duration, clientDeadline bool) {
-	d = p.cfg.Timeout
+// grpcDeadline is the deadline a gRPC client sent with req (HTTP/2 or HTTP/3,
+// application/grpc…), or 0. A server-streaming call's response header comes with its
+// first message, which may be long in coming, and a watch's messages may come far
+// apart: the client said how long it waits, so where it is longer than the pool's
+// timeout or read_timeout it takes their place (Pool.try). A shorter one changes
+// nothing: the client gives up itself, and a client's deadline must not eject a target
+// that would have answered.
+func grpcDeadline(req *http.Request) time.Duration {
 	if req.ProtoMajor < 2 {
-		return d, false
+		return 0
 	}
 	v := req.Header["Grpc-Timeout"]
 	if len(v) == 0 || !IsGRPC(req.Header["Content-Type"]) {
-		return d, false
+		return 0
 	}
-	if g, ok := grpcTimeout(v[0]); ok && g > d {
-		return g, true
-	}
-	return d, false
+	d, _ := grpcTimeout(v[0])
+	return d
 }

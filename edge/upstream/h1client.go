@@ -42,7 +42,8 @@ type h1Client struct {
 	max     int       // 0: no cap
 	waiters []chan struct{}
 
-	timeout time.Duration // the pool's, for the exchange of a request that got a new connection
+	timeout     time.Duration // the pool's, for the exchange of a request that got a new connection
+	readTimeout time.Duration // the pool's, for each wait for a response body's bytes
 }
 
 // maxInlineBody is the largest request body (by Content-Length) h1Client writes before
@@ -61,6 +62,7 @@ func newH1Client(t Target, cfg *Config, fallback *http.Transport) *h1Client {
 		max:      cfg.MaxConnections,
 		timeout:  cfg.Timeout,
 	}
+	c.readTimeout = cfg.ReadTimeout
 	// The fallback's connections count against the same cap; under a cap it keeps
 	// none idle (negative: none), since an idle one there would hold a place that
 	// requests here wait for without being told it is free.
@@ -204,7 +206,11 @@ func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info inform
 		}
 		return nil, err
 	}
-	resp.Body = wrapBody(resp.Body, func() { cancel(nil) })
+	body := resp.Body
+	if _, upgraded := body.(io.ReadWriteCloser); !upgraded && body != http.NoBody && c.readTimeout > 0 {
+		body = newIdleBody(body, c.readTimeout, ctx, cancel)
+	}
+	resp.Body = wrapBody(body, func() { cancel(nil) })
 	return resp, nil
 }
 
@@ -608,9 +614,11 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 			// A 101 to a request that asked for no upgrade (those go to the
 			// fallback) leaves the connection in another protocol: never kept.
 			keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
+			idle := false
 			if pc.readDeadline && !pc.bodyBuffered(resp) {
-				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
-				pc.readDeadline = false
+				// The body's reads set their own deadlines (h1Body.Read).
+				pc.nc.SetReadDeadline(time.Time{})
+				pc.readDeadline, idle = false, pc.c.readTimeout > 0
 				if ctx.Err() != nil {
 					// The watch fired before the line above, or was not armed yet:
 					// the body's reads fail, and the connection, whose deadline is
@@ -619,7 +627,7 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 					keep = false
 				}
 			}
-			b := &h1Body{pc: pc, ctx: ctx, rc: resp.Body, keep: keep}
+			b := &h1Body{pc: pc, ctx: ctx, rc: resp.Body, keep: keep, idle: idle}
 			if resp.Body == http.NoBody {
 				b.finish(true)
 				return resp, nil
@@ -721,6 +729,7 @@ type h1Body struct {
 	rc   io.ReadCloser
 	keep bool
 	done bool
+	idle bool  // read from the connection: each read within the pool's read timeout
 	err  error // what Read returns once done
 }
 
@@ -728,15 +737,37 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, b.err
 	}
+	if b.idle {
+		b.pc.nc.SetReadDeadline(time.Now().Add(b.pc.c.readTimeout))
+		b.pc.readDeadline = true
+		if err := b.ctx.Err(); err != nil {
+			// The context's watch may have set its deadline in the past before the
+			// line above moved it: its end stands.
+			b.finish(false)
+			b.err = err
+			return 0, err
+		}
+	}
 	n, err := b.rc.Read(p)
 	if err != nil {
-		if err != io.EOF && b.ctx.Err() != nil {
+		switch {
+		case err == io.EOF:
+		case b.ctx.Err() != nil:
 			err = b.ctx.Err() // the deadline set by the context's watch: say why
+		case b.idle && isTimeout(err):
+			err = ErrIdle
 		}
 		b.finish(err == io.EOF)
 		b.err = err
 	}
 	return n, err
+}
+
+// isTimeout reports whether err is a passed deadline's (a function of its own, so
+// that the error's target is made only on this path).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 var errBodyClosed = errors.New("upstream: read on a closed response body")

@@ -36,6 +36,9 @@ var (
 	// ErrTimeout: no response header within Config.Timeout (queueing for a connection
 	// and dialling included). It wraps context.DeadlineExceeded.
 	ErrTimeout = timeoutError{}
+	// ErrIdle: a response body brought nothing within Config.ReadTimeout. It is a
+	// read's error, after the header: the client's response is cut off.
+	ErrIdle = errors.New("upstream: no response bytes within the read timeout")
 )
 
 type timeoutError struct{}
@@ -148,6 +151,11 @@ type Config struct {
 	Retries int
 	// Timeout bounds the wait for a response header per try. If zero, 30s is used.
 	Timeout time.Duration
+	// ReadTimeout bounds each wait for the next bytes of a response body: past it the
+	// body's read fails with ErrIdle, and the client's response is cut off. A gRPC
+	// client's deadline (grpc-timeout), when longer, takes its place. The time the
+	// edge spends writing to the client does not count. If zero, 5m is used.
+	ReadTimeout time.Duration
 	// MaxConnections caps the connections to each target (requests over it wait for
 	// one, within Timeout). If zero, there is no cap.
 	MaxConnections int
@@ -205,6 +213,9 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 5 * time.Minute
 	}
 	if cfg.NewTransport == nil {
 		cfg.NewTransport = DefaultTransport

@@ -506,6 +506,9 @@ func grpcEnd(h http.Header, r *http.Request, err error, g *grpcFrames) bool {
 	// Printable ASCII, so no percent-encoding; the upstream's error (its address among
 	// it) is not the client's to read, as proxyError's answers do not say it either.
 	code, msg := "14", "the upstream ended the stream"
+	if errors.Is(err, ErrIdle) {
+		msg = "the upstream sent nothing within the pool's read_timeout"
+	}
 	if r.Context().Err() == context.DeadlineExceeded {
 		code, msg = "4", "the route's max_duration passed"
 	}

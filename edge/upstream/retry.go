@@ -96,7 +96,13 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		timer  *time.Timer
 	)
 	start := time.Now()
-	timeout, clientDeadline := p.tryTimeout(req)
+	// A gRPC client's deadline, when longer, stands for the pool's timeouts; its
+	// passing is not the target's failure.
+	grpcD := grpcDeadline(req)
+	timeout, clientDeadline := p.cfg.Timeout, grpcD > p.cfg.Timeout
+	if clientDeadline {
+		timeout = grpcD
+	}
 	dt, direct := t.rt.(deadlineTransport)
 	// The try's request, URL and body reader share one allocation (the exchange's, for
 	// a first try).
@@ -185,8 +191,44 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		resp.Body = wrapBody(resp.Body, tb.end) // a 101's: the proxy writes to it too
 	} else {
 		tb.ReadCloser, resp.Body = resp.Body, tb
+		if !direct && resp.Body != http.NoBody {
+			tb.ReadCloser = newIdleBody(tb.ReadCloser, max(p.cfg.ReadTimeout, grpcD), out.Context(), cancel)
+		}
 	}
 	return resp, nil, true
+}
+
+// idleBody is a response body of net/http's Transport whose reads must each bring
+// bytes within d: a read that waits longer ends the try's context, which ends the
+// read, with ErrIdle. Only the waits for the body count, not the time the proxy spends
+// writing what it read to the client between them.
+type idleBody struct {
+	io.ReadCloser
+	ctx   context.Context
+	timer *time.Timer
+	d     time.Duration
+}
+
+func newIdleBody(rc io.ReadCloser, d time.Duration, ctx context.Context, cancel func(error)) *idleBody {
+	b := &idleBody{ReadCloser: rc, ctx: ctx, d: d}
+	b.timer = time.AfterFunc(d, func() { cancel(ErrIdle) })
+	b.timer.Stop() // armed by each Read
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.d)
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF && context.Cause(b.ctx) == ErrIdle {
+		err = ErrIdle
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
 }
 
 // tryRequest is a try's copy of the request with its own URL and body reader, and
