@@ -1,9 +1,11 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -377,5 +379,65 @@ func TestGRPCClientDeadlineBoundsTheFirstMessage(t *testing.T) {
 	}
 	if _, err := c.EmptyCall(t.Context(), &testgrpc.Empty{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("after three client deadlines: %v, want the target's UNIMPLEMENTED (a client's deadline ejected it)", err)
+	}
+}
+
+// The same over HTTP/3, which grpc-go's client does not speak: a gRPC call made by
+// hand with quic-go's client (one empty message each way, as StreamingOutputCall's
+// are), and the status read from the trailers.
+func TestGRPCStreamBrokenMidwayEndsWithStatusOverHTTP3(t *testing.T) {
+	watch := func(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+		st.Send(&testgrpc.StreamingOutputCallResponse{})
+		<-st.Context().Done()
+		return nil
+	}
+	for _, tc := range []struct {
+		name        string
+		want        string
+		maxDuration time.Duration
+	}{
+		{"upstream killed", "14", 0},
+		{"max_duration", "4", 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kl := &killListener{Listener: ln}
+			gs := grpc.NewServer()
+			testgrpc.RegisterTestServiceServer(gs, &streamService{out: watch})
+			go gs.Serve(kl)
+			t.Cleanup(gs.Stop)
+			e := startEdge(t, func(c *config.Config) {
+				c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
+				c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc", MaxDuration: tc.maxDuration}}
+			})
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/grpc.testing.TestService/StreamingOutputCall",
+				bytes.NewReader([]byte{0, 0, 0, 0, 0}))
+			req.Header.Set("Content-Type", "application/grpc")
+			req.Header.Set("Te", "trailers")
+			resp, err := clientFor(t, "h3").Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			first := make([]byte, 5)
+			if _, err := io.ReadFull(resp.Body, first); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("first message: %d %x %v", resp.StatusCode, first, err)
+			}
+			if tc.maxDuration == 0 {
+				kl.kill()
+			}
+			rest, err := io.ReadAll(resp.Body)
+			if err != nil || len(rest) != 0 {
+				t.Fatalf("after the break: %x %v, want the stream's clean end", rest, err)
+			}
+			if got := resp.Trailer.Get("Grpc-Status"); got != tc.want {
+				t.Errorf("grpc-status %q (trailers %v), want %s", got, resp.Trailer, tc.want)
+			}
+		})
 	}
 }
