@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -269,7 +270,10 @@ func (l *killListener) kill() {
 // A gRPC stream that breaks after its first message ends with a gRPC status, as a
 // gRPC server would end it: UNAVAILABLE when the upstream goes away, DEADLINE_EXCEEDED
 // when the route's max_duration passes — not a reset, which grpc-go reports as
-// INTERNAL (a server's bug).
+// INTERNAL (a server's bug). Over HTTP/2 with grpc-go's client; over HTTP/3, which
+// grpc-go does not speak, with a call made by hand with quic-go's client (one empty
+// message each way, as StreamingOutputCall's are) and the status read from the
+// trailers.
 func TestGRPCStreamBrokenMidwayEndsWithStatus(t *testing.T) {
 	watch := func(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
 		st.Send(&testgrpc.StreamingOutputCallResponse{})
@@ -284,42 +288,76 @@ func TestGRPCStreamBrokenMidwayEndsWithStatus(t *testing.T) {
 		{"upstream killed", codes.Unavailable, 0},
 		{"max_duration", codes.DeadlineExceeded, 300 * time.Millisecond},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			kl := &killListener{Listener: ln}
-			gs := grpc.NewServer()
-			testgrpc.RegisterTestServiceServer(gs, &streamService{out: watch})
-			go gs.Serve(kl)
-			t.Cleanup(gs.Stop)
-			e := startEdge(t, func(c *config.Config) {
-				c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
-				c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc", MaxDuration: tc.maxDuration}}
+		for _, proto := range []string{"h2", "h3"} {
+			t.Run(tc.name+"/"+proto, func(t *testing.T) {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				kl := &killListener{Listener: ln}
+				gs := grpc.NewServer()
+				testgrpc.RegisterTestServiceServer(gs, &streamService{out: watch})
+				go gs.Serve(kl)
+				t.Cleanup(gs.Stop)
+				e := startEdge(t, func(c *config.Config) {
+					c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
+					c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc", MaxDuration: tc.maxDuration}}
+				})
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				brk := func() {
+					if tc.maxDuration == 0 {
+						kl.kill()
+					}
+				}
+				if proto == "h3" {
+					if got := brokenOverHTTP3(ctx, t, e.url, brk); got != strconv.Itoa(int(tc.want)) {
+						t.Errorf("grpc-status %q, want %d", got, tc.want)
+					}
+					return
+				}
+				conn, err := grpc.NewClient(e.Addr().String(), append(staticWindow, grpc.WithTransportCredentials(credentials.NewTLS(insecureTLS.Clone())))...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				s, err := testgrpc.NewTestServiceClient(conn).StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+				if err == nil {
+					_, err = s.Recv()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				brk()
+				if _, err = s.Recv(); status.Code(err) != tc.want {
+					t.Fatalf("%v, want %v", err, tc.want)
+				}
 			})
-			conn, err := grpc.NewClient(e.Addr().String(), append(staticWindow, grpc.WithTransportCredentials(credentials.NewTLS(insecureTLS.Clone())))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { conn.Close() })
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			s, err := testgrpc.NewTestServiceClient(conn).StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
-			if err == nil {
-				_, err = s.Recv()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.maxDuration == 0 {
-				kl.kill()
-			}
-			if _, err = s.Recv(); status.Code(err) != tc.want {
-				t.Fatalf("%v, want %v", err, tc.want)
-			}
-		})
+		}
 	}
+}
+
+// brokenOverHTTP3 calls StreamingOutputCall at the edge at url over HTTP/3, reads the
+// first message, calls brk, and returns the grpc-status of the stream's trailers.
+func brokenOverHTTP3(ctx context.Context, t *testing.T, url string, brk func()) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/grpc.testing.TestService/StreamingOutputCall",
+		bytes.NewReader([]byte{0, 0, 0, 0, 0}))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	resp, err := clientFor(t, "h3").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, first); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first message: %d %x %v", resp.StatusCode, first, err)
+	}
+	brk()
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Fatalf("after the break: %x %v, want the stream's clean end", rest, err)
+	}
+	return resp.Trailer.Get("Grpc-Status")
 }
 
 // A server-streaming call's response header comes with its first message (grpc-go
@@ -379,65 +417,5 @@ func TestGRPCClientDeadlineBoundsTheFirstMessage(t *testing.T) {
 	}
 	if _, err := c.EmptyCall(t.Context(), &testgrpc.Empty{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("after three client deadlines: %v, want the target's UNIMPLEMENTED (a client's deadline ejected it)", err)
-	}
-}
-
-// The same over HTTP/3, which grpc-go's client does not speak: a gRPC call made by
-// hand with quic-go's client (one empty message each way, as StreamingOutputCall's
-// are), and the status read from the trailers.
-func TestGRPCStreamBrokenMidwayEndsWithStatusOverHTTP3(t *testing.T) {
-	watch := func(r *testgrpc.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
-		st.Send(&testgrpc.StreamingOutputCallResponse{})
-		<-st.Context().Done()
-		return nil
-	}
-	for _, tc := range []struct {
-		name        string
-		want        string
-		maxDuration time.Duration
-	}{
-		{"upstream killed", "14", 0},
-		{"max_duration", "4", 300 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			kl := &killListener{Listener: ln}
-			gs := grpc.NewServer()
-			testgrpc.RegisterTestServiceServer(gs, &streamService{out: watch})
-			go gs.Serve(kl)
-			t.Cleanup(gs.Stop)
-			e := startEdge(t, func(c *config.Config) {
-				c.Upstreams = map[string]config.Upstream{"rpc": {Targets: []string{"h2c://" + ln.Addr().String()}}}
-				c.Routes = []config.Route{{Name: "rpc", Upstream: "rpc", MaxDuration: tc.maxDuration}}
-			})
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/grpc.testing.TestService/StreamingOutputCall",
-				bytes.NewReader([]byte{0, 0, 0, 0, 0}))
-			req.Header.Set("Content-Type", "application/grpc")
-			req.Header.Set("Te", "trailers")
-			resp, err := clientFor(t, "h3").Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			first := make([]byte, 5)
-			if _, err := io.ReadFull(resp.Body, first); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("first message: %d %x %v", resp.StatusCode, first, err)
-			}
-			if tc.maxDuration == 0 {
-				kl.kill()
-			}
-			rest, err := io.ReadAll(resp.Body)
-			if err != nil || len(rest) != 0 {
-				t.Fatalf("after the break: %x %v, want the stream's clean end", rest, err)
-			}
-			if got := resp.Trailer.Get("Grpc-Status"); got != tc.want {
-				t.Errorf("grpc-status %q (trailers %v), want %s", got, resp.Trailer, tc.want)
-			}
-		})
 	}
 }

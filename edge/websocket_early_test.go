@@ -25,10 +25,7 @@ func TestWebSocketBytesWithHandshake(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		sum := sha1.Sum([]byte(r.Header.Get("Sec-Websocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-			base64.StdEncoding.EncodeToString(sum[:]))
-		brw.Flush()
+		switch101(brw, r)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		io.Copy(c, brw.Reader) // an echo
 	}))
@@ -56,4 +53,12 @@ func TestWebSocketBytesWithHandshake(t *testing.T) {
 	if string(b[:n]) != "EARLYLATE" {
 		t.Errorf("echo %q (%v), want %q: the bytes sent with the handshake were lost", b[:n], err, "EARLYLATE")
 	}
+}
+
+// switch101 answers the WebSocket handshake r on a hijacked connection's brw.
+func switch101(brw *bufio.ReadWriter, r *http.Request) {
+	sum := sha1.Sum([]byte(r.Header.Get("Sec-Websocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+		base64.StdEncoding.EncodeToString(sum[:]))
+	brw.Flush()
 }

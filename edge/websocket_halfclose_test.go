@@ -3,9 +3,7 @@ package edge
 import (
 	"bufio"
 	"context"
-	"crypto/sha1"
 	"crypto/tls"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,10 +25,7 @@ func halfCloseOrigin(t *testing.T, linger bool) *httptest.Server {
 			return
 		}
 		defer c.Close()
-		sum := sha1.Sum([]byte(r.Header.Get("Sec-Websocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-			base64.StdEncoding.EncodeToString(sum[:]))
-		brw.Flush()
+		switch101(brw, r)
 		c.SetDeadline(time.Now().Add(20 * time.Second))
 		got, err := io.ReadAll(brw.Reader)
 		if err != nil {
