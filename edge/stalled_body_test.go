@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,15 +18,23 @@ import (
 // a body, then nothing, holds the client's response only for the pool's read_timeout:
 // then the response is cut off (a reset on HTTP/2 and HTTP/3, a closed connection on
 // HTTP/1.1), never completed as if whole. A body that keeps coming, however slowly,
-// is not cut off. Each way to a target is tried: an
+// is not cut off, nor one whose origin waits for a long upload that keeps coming. Each way to a target is tried: an
 // http:// target's own client (h1Client), its net/http fallback (a body over 64 KiB)
 // and net/http's HTTP/2 (h2c://).
 func TestStalledResponseBodyIsCutOff(t *testing.T) {
 	const readTimeout = 600 * time.Millisecond
 	stop := make(chan struct{})
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/plain")
+		if r.URL.Path == "/duplex" { // answers as it reads the upload, to its end
+			http.NewResponseController(w).EnableFullDuplex()
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "got %d", n)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
 		if r.URL.Path == "/trickle" { // a byte every third of the read timeout: alive
 			for i := range 4 {
 				w.Write([]byte{byte('a' + i)})
@@ -95,7 +104,31 @@ func TestStalledResponseBodyIsCutOff(t *testing.T) {
 				t.Logf("stalled body: %q, then %v after %v", got, err, took.Round(time.Millisecond))
 
 				if p.name != "h2" {
-					return // the trickle is the target side's: one client protocol tells it
+					return // the trickle and the upload are the target side's: one client protocol tells them
+				}
+				{
+					// An upload that takes longer than the read timeout, while the
+					// origin reads it before it answers: activity, not a stall.
+					pr, pw := io.Pipe()
+					go func() {
+						for range 6 {
+							if _, err := pw.Write(bytes.Repeat([]byte("u"), 1000)); err != nil {
+								return
+							}
+							time.Sleep(readTimeout / 3) // a slow uploader, not a synchronisation
+						}
+						pw.Close()
+					}()
+					req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.url+way.prefix+"/duplex", pr)
+					resp, err := c.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || string(got) != "got 6000" {
+						t.Errorf("an upload longer than the read timeout, answered at its end: %q, %v; want got 6000", got, err)
+					}
 				}
 				resp, err = send("/trickle")
 				if err != nil {

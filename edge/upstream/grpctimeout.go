@@ -49,7 +49,7 @@ func grpcTimeout(v string) (time.Duration, bool) {
 // apart: the client said how long it waits, so where it is longer than the pool's
 // timeout or read_timeout it takes their place (Pool.try). A shorter one changes
 // nothing: the client gives up itself, and a client's deadline must not eject a target
-// that would have answered.
+// that would have answered. It is capped at maxGRPCDeadline.
 func grpcDeadline(req *http.Request) time.Duration {
 	if req.ProtoMajor < 2 {
 		return 0
@@ -59,5 +59,9 @@ func grpcDeadline(req *http.Request) time.Duration {
 		return 0
 	}
 	d, _ := grpcTimeout(v[0])
-	return d
+	return min(d, maxGRPCDeadline)
 }
+
+// maxGRPCDeadline caps what a client's deadline may lift the pool's bounds to: any
+// client can send grpc-timeout, and a try it holds is not counted for ejection.
+const maxGRPCDeadline = time.Hour

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"math"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -56,4 +57,27 @@ func FuzzGRPCTimeout(f *testing.F) {
 			t.Fatalf("grpcTimeout(%q) accepted %v", s, d)
 		}
 	})
+}
+
+// TestGRPCDeadline: only a gRPC call over HTTP/2 or HTTP/3 has one, and no client
+// lifts the pool's bounds past maxGRPCDeadline.
+func TestGRPCDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		proto       int
+		ctype, tout string
+		want        time.Duration
+	}{
+		{2, "application/grpc", "10S", 10 * time.Second},
+		{3, "application/grpc+proto", "5M", 5 * time.Minute},
+		{2, "application/grpc", "99999999H", maxGRPCDeadline},
+		{2, "application/grpc-web", "10S", 0},
+		{2, "application/json", "10S", 0},
+		{1, "application/grpc", "10S", 0},
+		{2, "application/grpc", "10x", 0},
+	} {
+		req := &http.Request{ProtoMajor: tc.proto, Header: http.Header{"Content-Type": {tc.ctype}, "Grpc-Timeout": {tc.tout}}}
+		if got := grpcDeadline(req); got != tc.want {
+			t.Errorf("HTTP/%d %s grpc-timeout %s: %v, want %v", tc.proto, tc.ctype, tc.tout, got, tc.want)
+		}
+	}
 }

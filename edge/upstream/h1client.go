@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -194,8 +195,10 @@ func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info inform
 	d := time.Until(deadline)
 	timer := time.AfterFunc(d, func() { cancel(ErrTimeout) })
 	req = req.WithContext(ctx)
+	var upload *progressBody
 	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = &progressBody{ReadCloser: req.Body, timer: timer, d: d}
+		upload = &progressBody{ReadCloser: req.Body, timer: timer, d: d}
+		req.Body = upload
 	}
 	resp, err := c.fallback.RoundTrip(req)
 	timer.Stop()
@@ -208,7 +211,7 @@ func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info inform
 	}
 	body := resp.Body
 	if _, upgraded := body.(io.ReadWriteCloser); !upgraded && body != http.NoBody && c.readTimeout > 0 {
-		body = newIdleBody(body, c.readTimeout, ctx, cancel)
+		body = newIdleBody(body, c.readTimeout, ctx, cancel, upload)
 	}
 	resp.Body = wrapBody(body, func() { cancel(nil) })
 	return resp, nil
@@ -222,12 +225,14 @@ type progressBody struct {
 	io.ReadCloser
 	timer *time.Timer
 	d     time.Duration
+	last  atomic.Int64 // UnixNano of the last read that brought bytes, for idleBody
 }
 
 func (b *progressBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 || err == io.EOF {
 		b.timer.Reset(b.d)
+		b.last.Store(time.Now().UnixNano())
 	}
 	return n, err
 }

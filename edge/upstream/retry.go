@@ -127,13 +127,17 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 	}
 	out.URL = u
 	out.GetBody = nil
-	var ab *attemptBody
+	var (
+		ab     *attemptBody
+		upload *progressBody
+	)
 	if body != nil {
 		ab = &tr.body
 		*ab = attemptBody{rb: body}
 		out.Body = ab
 		if !direct {
-			out.Body = &progressBody{ReadCloser: ab, timer: timer, d: timeout}
+			upload = &progressBody{ReadCloser: ab, timer: timer, d: timeout}
+			out.Body = upload
 		}
 	}
 
@@ -192,7 +196,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 	} else {
 		tb.ReadCloser, resp.Body = resp.Body, tb
 		if !direct && resp.Body != http.NoBody {
-			tb.ReadCloser = newIdleBody(tb.ReadCloser, max(p.cfg.ReadTimeout, grpcD), out.Context(), cancel)
+			tb.ReadCloser = newIdleBody(tb.ReadCloser, max(p.cfg.ReadTimeout, grpcD), out.Context(), cancel, upload)
 		}
 	}
 	return resp, nil, true
@@ -201,24 +205,47 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 // idleBody is a response body of net/http's Transport whose reads must each bring
 // bytes within d: a read that waits longer ends the try's context, which ends the
 // read, with ErrIdle. Only the waits for the body count, not the time the proxy spends
-// writing what it read to the client between them.
+// writing what it read to the client between them; and a request body still coming
+// (upload, if not nil) is activity too: an origin that answers as it reads a long
+// upload, or a gRPC server that listens to a client stream, is not idle.
 type idleBody struct {
 	io.ReadCloser
-	ctx   context.Context
-	timer *time.Timer
-	d     time.Duration
+	ctx    context.Context
+	cancel func(error)
+	upload *progressBody
+	timer  *time.Timer
+	d      time.Duration
+	// reading is set while a Read waits: a fire that comes as it returns, or a
+	// timer fire re-armed late, finds it unset and does nothing.
+	reading atomic.Bool
 }
 
-func newIdleBody(rc io.ReadCloser, d time.Duration, ctx context.Context, cancel func(error)) *idleBody {
-	b := &idleBody{ReadCloser: rc, ctx: ctx, d: d}
-	b.timer = time.AfterFunc(d, func() { cancel(ErrIdle) })
+func newIdleBody(rc io.ReadCloser, d time.Duration, ctx context.Context, cancel func(error), upload *progressBody) *idleBody {
+	b := &idleBody{ReadCloser: rc, ctx: ctx, cancel: cancel, upload: upload, d: d}
+	b.timer = time.AfterFunc(d, b.fire)
 	b.timer.Stop() // armed by each Read
 	return b
 }
 
+// fire is the timer's: the read has waited d, unless the upload moved since.
+func (b *idleBody) fire() {
+	if !b.reading.Load() {
+		return
+	}
+	if b.upload != nil {
+		if since := time.Since(time.Unix(0, b.upload.last.Load())); since < b.d {
+			b.timer.Reset(b.d - since)
+			return
+		}
+	}
+	b.cancel(ErrIdle)
+}
+
 func (b *idleBody) Read(p []byte) (int, error) {
+	b.reading.Store(true)
 	b.timer.Reset(b.d)
 	n, err := b.ReadCloser.Read(p)
+	b.reading.Store(false)
 	b.timer.Stop()
 	if err != nil && err != io.EOF && context.Cause(b.ctx) == ErrIdle {
 		err = ErrIdle
