@@ -62,8 +62,9 @@ func newH1Client(t Target, cfg *Config, fallback *http.Transport) *h1Client {
 		fallback: fallback,
 		max:      cfg.MaxConnections,
 		timeout:  cfg.Timeout,
+
+		readTimeout: cfg.ReadTimeout,
 	}
-	c.readTimeout = cfg.ReadTimeout
 	// The fallback's connections count against the same cap; under a cap it keeps
 	// none idle (negative: none), since an idle one there would hold a place that
 	// requests here wait for without being told it is free.
@@ -471,7 +472,7 @@ type capConn struct {
 
 // CloseWrite ends the connection's writing half (a tunnel's client ended its own).
 func (cc *capConn) CloseWrite() error {
-	if cw, ok := cc.Conn.(interface{ CloseWrite() error }); ok {
+	if cw, ok := cc.Conn.(closeWriter); ok {
 		return cw.CloseWrite()
 	}
 	return errors.New("upstream: the connection cannot close its writing half")
@@ -620,10 +621,13 @@ func (pc *h1Conn) roundTrip(req *http.Request, head []byte, deadline time.Time, 
 			// fallback) leaves the connection in another protocol: never kept.
 			keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols
 			idle := false
-			if pc.readDeadline && !pc.bodyBuffered(resp) {
-				// The body's reads set their own deadlines (h1Body.Read).
-				pc.nc.SetReadDeadline(time.Time{})
-				pc.readDeadline, idle = false, pc.c.readTimeout > 0
+			switch {
+			case !pc.readDeadline || pc.bodyBuffered(resp):
+			case pc.c.readTimeout > 0:
+				idle = true // each of the body's reads sets its own deadline (h1Body.Read)
+			default:
+				pc.nc.SetReadDeadline(time.Time{}) // the body streams as long as it takes
+				pc.readDeadline = false
 				if ctx.Err() != nil {
 					// The watch fired before the line above, or was not armed yet:
 					// the body's reads fail, and the connection, whose deadline is
@@ -744,7 +748,6 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	}
 	if b.idle {
 		b.pc.nc.SetReadDeadline(time.Now().Add(b.pc.c.readTimeout))
-		b.pc.readDeadline = true
 		if err := b.ctx.Err(); err != nil {
 			// The context's watch may have set its deadline in the past before the
 			// line above moved it: its end stands.

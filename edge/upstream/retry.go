@@ -99,10 +99,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 	// A gRPC client's deadline, when longer, stands for the pool's timeouts; its
 	// passing is not the target's failure.
 	grpcD := grpcDeadline(req)
-	timeout, clientDeadline := p.cfg.Timeout, grpcD > p.cfg.Timeout
-	if clientDeadline {
-		timeout = grpcD
-	}
+	timeout, clientDeadline := max(p.cfg.Timeout, grpcD), grpcD > p.cfg.Timeout
 	dt, direct := t.rt.(deadlineTransport)
 	// The try's request, URL and body reader share one allocation (the exchange's, for
 	// a first try).
