@@ -155,7 +155,9 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		t.inflight.Add(-1)
 		p.requestDone()
 		cancel(nil)
-		if !direct && context.Cause(out.Context()) == ErrTimeout {
+		if !direct && context.Cause(out.Context()) == ErrTimeout || clientDeadline && !end.Before(start.Add(timeout)) {
+			// A try that ends past a gRPC client's deadline ended by it, whatever
+			// the error: the target got the same deadline and may reset the stream.
 			err = ErrTimeout
 		}
 		reached = !isDialError(err)
