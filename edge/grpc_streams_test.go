@@ -419,3 +419,50 @@ func TestGRPCClientDeadlineBoundsTheFirstMessage(t *testing.T) {
 		t.Errorf("after three client deadlines: %v, want the target's UNIMPLEMENTED (a client's deadline ejected it)", err)
 	}
 }
+
+// TestGRPCBidiOutlivesThePoolTimeoutAfterCloseSend: a bidirectional call, no client
+// deadline, whose client ends its sending side (CloseSend) after the first answer while
+// the server goes on streaming a message every 100 ms, well within read_timeout, ends
+// with OK after all 12: once the response header came, the pool's timeout (300 ms
+// here) has no business with it. The try's header timer, re-armed by the upload's
+// end, cut it one timeout after CloseSend with UNAVAILABLE.
+func TestGRPCBidiOutlivesThePoolTimeoutAfterCloseSend(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := streamsThroughEdge(t, &streamService{duplex: func(st testgrpc.TestService_FullDuplexCallServer) error {
+		if _, err := st.Recv(); err != nil {
+			return err
+		}
+		for range 12 {
+			if err := st.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil
+	}}, func(c *config.Config) {
+		u := c.Upstreams["rpc"]
+		u.Timeout = timeout
+		u.ReadTimeout = 5 * time.Second
+		c.Upstreams["rpc"] = u
+	})
+	s, err := c.FullDuplexCall(t.Context()) // no deadline: no grpc-timeout
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&testgrpc.StreamingOutputCallRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n := 0
+	for {
+		if _, err = s.Recv(); err != nil {
+			break
+		}
+		if n++; n == 1 {
+			s.CloseSend() // nothing more to send: END_STREAM
+		}
+	}
+	if err != io.EOF || n != 12 {
+		t.Fatalf("bidi stream: %d of 12 messages, then %v after %v; want all, then OK", n, err, time.Since(start).Round(time.Millisecond))
+	}
+}

@@ -202,7 +202,7 @@ func (c *h1Client) fallbackBy(req *http.Request, deadline time.Time, info inform
 		req.Body = upload
 	}
 	resp, err := c.fallback.RoundTrip(req)
-	timer.Stop()
+	stopTimer(timer, upload)
 	if err != nil {
 		cancel(nil)
 		if context.Cause(ctx) == ErrTimeout {
@@ -227,15 +227,36 @@ type progressBody struct {
 	timer *time.Timer
 	d     time.Duration
 	last  atomic.Int64 // UnixNano of the last read that brought bytes, for idleBody
+
+	mu      sync.Mutex
+	stopped bool // the header came: reads push the timer no more
 }
 
 func (b *progressBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 || err == io.EOF {
-		b.timer.Reset(b.d)
 		b.last.Store(time.Now().UnixNano())
+		b.mu.Lock()
+		if !b.stopped {
+			b.timer.Reset(b.d)
+		}
+		b.mu.Unlock()
 	}
 	return n, err
+}
+
+// stopTimer stops timer for good, the body b (when not nil) pushing it back no more:
+// the response's header came, and the rest of the upload may flow alongside the
+// response, which the timer has no business with.
+func stopTimer(timer *time.Timer, b *progressBody) {
+	if b == nil {
+		timer.Stop()
+		return
+	}
+	b.mu.Lock()
+	b.stopped = true
+	timer.Stop()
+	b.mu.Unlock()
 }
 
 // inlineBody tells whether req can be sent by h1Client and with which body: none

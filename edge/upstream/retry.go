@@ -144,7 +144,7 @@ func (p *Pool) try(req *http.Request, t *target, body *replayBody, info informer
 		resp, err = dt.roundTripBy(out, start.Add(timeout), info)
 	} else {
 		resp, err = t.rt.RoundTrip(out)
-		timer.Stop()
+		stopTimer(timer, upload)
 	}
 	end := time.Now()
 	elapsed, now := end.Sub(start), end.UnixNano()
@@ -214,9 +214,10 @@ type idleBody struct {
 	upload *progressBody
 	timer  *time.Timer
 	d      time.Duration
-	// reading is set while a Read waits: a fire that comes as it returns, or a
-	// timer fire re-armed late, finds it unset and does nothing.
-	reading atomic.Bool
+	// began is the UnixNano at which the Read that waits began, 0 while none does: a
+	// fire checks the wait against it, so one that comes as a Read returns, or one
+	// re-armed late, ends no other Read early.
+	began atomic.Int64
 }
 
 func newIdleBody(rc io.ReadCloser, d time.Duration, ctx context.Context, cancel func(error), upload *progressBody) *idleBody {
@@ -226,25 +227,28 @@ func newIdleBody(rc io.ReadCloser, d time.Duration, ctx context.Context, cancel 
 	return b
 }
 
-// fire is the timer's: the read has waited d, unless the upload moved since.
+// fire is the timer's: the waiting read has waited d, and the upload has not moved
+// for as long; else the timer is set for what is left of d.
 func (b *idleBody) fire() {
-	if !b.reading.Load() {
+	from := b.began.Load()
+	if from == 0 {
 		return
 	}
 	if b.upload != nil {
-		if since := time.Since(time.Unix(0, b.upload.last.Load())); since < b.d {
-			b.timer.Reset(b.d - since)
-			return
-		}
+		from = max(from, b.upload.last.Load())
+	}
+	if left := b.d - time.Since(time.Unix(0, from)); left > 0 {
+		b.timer.Reset(left)
+		return
 	}
 	b.cancel(ErrIdle)
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
-	b.reading.Store(true)
+	b.began.Store(time.Now().UnixNano())
 	b.timer.Reset(b.d)
 	n, err := b.ReadCloser.Read(p)
-	b.reading.Store(false)
+	b.began.Store(0)
 	b.timer.Stop()
 	if err != nil && err != io.EOF && context.Cause(b.ctx) == ErrIdle {
 		err = ErrIdle

@@ -1,0 +1,63 @@
+package upstream
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// TestUploadEndAfterTheHeaderKeepsTheStream: an origin that answers at once and streams
+// its body for longer than the pool's timeout, while the client's upload ends after the
+// header came, is passed on whole: the body keeps coming, well within read_timeout. The
+// try's header timer was re-armed by the upload's later reads, so the try was cut one
+// timeout after the upload's end, in the middle of a healthy stream (a gRPC bidi call
+// one timeout after its client's CloseSend).
+func TestUploadEndAfterTheHeaderKeepsTheStream(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	origin := func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).EnableFullDuplex()
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		io.Copy(io.Discard, r.Body) // the upload, to its end
+		for range 10 {              // then a byte every 100 ms: a healthy stream
+			w.Write([]byte("x"))
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// http: h1Client's fallback (a body of unknown length); h2c: Pool.try's own timer.
+	for _, target := range []string{"http", "h2c"} {
+		t.Run(target, func(t *testing.T) {
+			o := httptest.NewUnstartedServer(http.HandlerFunc(origin))
+			u := "http://"
+			if target == "h2c" {
+				var protos http.Protocols
+				protos.SetUnencryptedHTTP2(true)
+				o.Config.Protocols = &protos
+				u = "h2c://"
+			}
+			o.Start()
+			t.Cleanup(o.Close)
+			p := newPool(t, Config{Targets: []Target{tgt(t, u+o.Listener.Addr().String(), 1)}, Timeout: timeout, ReadTimeout: 5 * time.Second})
+			t.Cleanup(p.Close)
+			front := frontOf(t, p, "HTTP/2")
+			pr, pw := io.Pipe()
+			go pw.Write([]byte("hello"))
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, front.URL+"/stream", pr)
+			start := time.Now()
+			resp, err := front.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pw.Close() // the upload ends once the header has come
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(got) != "xxxxxxxxxx" {
+				t.Fatalf("a body streaming within read_timeout: %q, %v after %v; want 10 bytes, whole (%s)", got, err, time.Since(start).Round(time.Millisecond), fmt.Sprint(p.Stats()))
+			}
+		})
+	}
+}
