@@ -1,10 +1,13 @@
 package upstream
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,5 +62,51 @@ func TestUploadEndAfterTheHeaderKeepsTheStream(t *testing.T) {
 				t.Fatalf("a body streaming within read_timeout: %q, %v after %v; want 10 bytes, whole (%s)", got, err, time.Since(start).Round(time.Millisecond), fmt.Sprint(p.Stats()))
 			}
 		})
+	}
+}
+
+// TestHalfClosedTunnelPassesALiveAnswer: a client that ends its side of an upgraded
+// connection (its request all sent, as docker attach's stdin or a WebSocket client
+// after its close frame) while the origin goes on answering, a byte every 100 ms for
+// 1.5 s: each wait is far below the pool's timeout (500 ms), so the answer passes
+// whole. The linger after a half-close bounds a peer's silence, not the tunnel's rest:
+// a fixed deadline cut this answer at 500 ms with what looked like a clean end.
+func TestHalfClosedTunnelPassesALiveAnswer(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+		io.Copy(io.Discard, brw.Reader) // the client's side, to its end (the FIN)
+		for range 15 {
+			if _, err := c.Write([]byte("o")); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(o.Close)
+	p := newPool(t, Config{Targets: []Target{tgt(t, o.URL, 1)}, Timeout: 500 * time.Millisecond})
+	front := front(t, p)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "POST /attach HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v, %v", resp, err)
+	}
+	io.WriteString(conn, "stdin")
+	conn.(*net.TCPConn).CloseWrite()
+	start := time.Now()
+	got, err := io.ReadAll(br)
+	if string(got) != strings.Repeat("o", 15) {
+		t.Fatalf("after the client's FIN: %q (%v) after %v; want the origin's whole answer (15 bytes, one every 100 ms)", got, err, time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -593,20 +594,44 @@ func (p *Pool) switchProtocols(w http.ResponseWriter, req *http.Request, res *ht
 	if cw, ok := upConn.(closeWriter); ok {
 		toOrigin = halfConn{backConn, cw} // writes through the 101's body, as it buffers nothing
 	}
+	var last atomic.Int64 // UnixNano of the last read either way that brought bytes
 	errc := make(chan error, 2)
-	go copyHalf(toOrigin, fromClient, errc) // client → origin
-	go copyHalf(conn, backConn, errc)       // origin → client
+	go copyHalf(toOrigin, stampedReader{fromClient, &last}, errc) // client → origin
+	go copyHalf(conn, stampedReader{backConn, &last}, errc)       // origin → client
 	if err := <-errc; err != nil {
 		return // failed, or the side that ended has no half to close: the tunnel ends
 	}
-	// One side ended and the other was told so: what its peer still sends passes,
-	// for as long as the pool's timeout, after which a peer that goes on is cut off.
+	// One side ended and the other was told so: what its peer still sends passes for
+	// as long as it keeps sending; a peer silent (or unread) for the pool's timeout
+	// is cut off.
 	linger := time.NewTimer(p.cfg.Timeout)
-	select {
-	case <-errc:
-	case <-linger.C:
+	defer linger.Stop()
+	for {
+		select {
+		case <-errc:
+			return
+		case <-linger.C:
+			idle := time.Since(time.Unix(0, last.Load()))
+			if idle >= p.cfg.Timeout {
+				return
+			}
+			linger.Reset(p.cfg.Timeout - idle)
+		}
 	}
-	linger.Stop()
+}
+
+// stampedReader notes in last when each of its reads brought bytes.
+type stampedReader struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (s stampedReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // closeWriter is a connection whose writing half can end alone: TCP's (a FIN) and
