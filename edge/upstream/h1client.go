@@ -801,6 +801,18 @@ func isTimeout(err error) bool {
 
 var errBodyClosed = errors.New("upstream: read on a closed response body")
 
+// drainWithin reads what is left of the body, up to n bytes and for at most d, so that
+// its connection can serve another request; a longer or slower body ends it (Close).
+func (b *h1Body) drainWithin(n int64, d time.Duration) {
+	if b.done {
+		return
+	}
+	b.idle = false // the deadline set here stands for every read
+	b.pc.nc.SetReadDeadline(time.Now().Add(d))
+	b.pc.readDeadline = true // alive clears it if it passes while the connection waits
+	io.Copy(io.Discard, io.LimitReader(b, n))
+}
+
 func (b *h1Body) Close() error {
 	if !b.done {
 		b.finish(false)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -109,4 +110,71 @@ func TestHalfClosedTunnelPassesALiveAnswer(t *testing.T) {
 	if string(got) != strings.Repeat("o", 15) {
 		t.Fatalf("after the client's FIN: %q (%v) after %v; want the origin's whole answer (15 bytes, one every 100 ms)", got, err, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// TestStalledErrorBodyDoesNotHoldTheRetry: a GET answered 503 by a target that sends
+// 10 bytes of its 100-byte body and then stalls is retried on the other target at once:
+// the failed answer's body is given drainWait, not read_timeout (20 s here), which
+// held every such retry. A 503 whose body comes whole keeps its HTTP/1.1 connection
+// for the next request.
+func TestStalledErrorBodyDoesNotHoldTheRetry(t *testing.T) {
+	stalled := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("0123456789"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the rest never comes
+	}
+	for _, target := range []string{"http", "h2c"} {
+		t.Run(target, func(t *testing.T) {
+			bad := httptest.NewUnstartedServer(http.HandlerFunc(stalled))
+			u := "http://"
+			if target == "h2c" {
+				var protos http.Protocols
+				protos.SetUnencryptedHTTP2(true)
+				bad.Config.Protocols = &protos
+				u = "h2c://"
+			}
+			bad.Start()
+			t.Cleanup(bad.Close)
+			good := startOrigin(t, "good", nil)
+			url := front(t, newPool(t, Config{Retries: 1, ReadTimeout: 20 * time.Second,
+				Targets: []Target{tgt(t, u+bad.Listener.Addr().String(), 1), tgt(t, good.URL, 1)}}))
+			for i := range 2 {
+				start := time.Now()
+				o, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil))
+				took := time.Since(start)
+				if code != 200 || o != "good" {
+					t.Fatalf("GET %d: %d from %q, want 200 from good", i, code, o)
+				}
+				if took > 5*time.Second {
+					t.Fatalf("GET %d: the retry came after %v: held by the failed answer's stalled body", i, took.Round(time.Millisecond))
+				}
+			}
+		})
+	}
+	t.Run("whole", func(t *testing.T) {
+		var conns atomic.Int32
+		bad := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte("busy"))
+		}))
+		bad.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		bad.Start()
+		t.Cleanup(bad.Close)
+		good := startOrigin(t, "good", nil)
+		url := front(t, newPool(t, Config{Retries: 1, Targets: []Target{tgt(t, bad.URL, 1), tgt(t, good.URL, 1)}}))
+		for i := range 2 * minRetries { // every other one retried: within the budget's floor
+			if o, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil)); code != 200 || o != "good" {
+				t.Fatalf("GET %d: %d from %q, want 200 from good", i, code, o)
+			}
+		}
+		if n := conns.Load(); n != 1 {
+			t.Errorf("the 503 target saw %d connections for %d requests, want 1: its drained connection kept", n, minRetries)
+		}
+	})
 }

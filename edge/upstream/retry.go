@@ -71,14 +71,30 @@ func (p *Pool) roundTrip(req *http.Request, info informer, first *tryRequest) (*
 		if retry {
 			p.stats.retries.Add(1)
 			if resp != nil {
-				io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-				resp.Body.Close()
+				drainFailed(resp.Body)
 			}
 			continue
 		}
 		return resp, err
 	}
 }
+
+// drainFailed ends the body of a try answered 502 or 503 before the retry. An
+// HTTP/1.1 target's connection is kept when the rest of the body (at most 64 KiB) comes
+// within drainWait; any other body is closed at once (HTTP/2 resets the stream, net/http's
+// HTTP/1.1 transport drops the connection), so that a target that stalls its error's
+// body holds up the retry for drainWait at most, not read_timeout.
+func drainFailed(body io.ReadCloser) {
+	if tb, ok := body.(*tryBody); ok {
+		if hb, ok := tb.ReadCloser.(*h1Body); ok {
+			hb.drainWithin(64<<10, drainWait)
+		}
+	}
+	body.Close()
+}
+
+// drainWait bounds drainFailed's wait: an error page comes with its header, or soon.
+const drainWait = 100 * time.Millisecond
 
 // try sends req to t once, and records the outcome for t's health and the metrics.
 // reached is false when the request certainly did not reach t (the connection could
