@@ -35,17 +35,7 @@ func TestUploadEndAfterTheHeaderKeepsTheStream(t *testing.T) {
 	// http: h1Client's fallback (a body of unknown length); h2c: Pool.try's own timer.
 	for _, target := range []string{"http", "h2c"} {
 		t.Run(target, func(t *testing.T) {
-			o := httptest.NewUnstartedServer(http.HandlerFunc(origin))
-			u := "http://"
-			if target == "h2c" {
-				var protos http.Protocols
-				protos.SetUnencryptedHTTP2(true)
-				o.Config.Protocols = &protos
-				u = "h2c://"
-			}
-			o.Start()
-			t.Cleanup(o.Close)
-			p := newPool(t, Config{Targets: []Target{tgt(t, u+o.Listener.Addr().String(), 1)}, Timeout: timeout, ReadTimeout: 5 * time.Second})
+			p := newPool(t, Config{Targets: []Target{tgt(t, startTarget(t, http.HandlerFunc(origin), target), 1)}, Timeout: timeout, ReadTimeout: 5 * time.Second})
 			t.Cleanup(p.Close)
 			front := frontOf(t, p, "HTTP/2")
 			pr, pw := io.Pipe()
@@ -127,19 +117,10 @@ func TestStalledErrorBodyDoesNotHoldTheRetry(t *testing.T) {
 	}
 	for _, target := range []string{"http", "h2c"} {
 		t.Run(target, func(t *testing.T) {
-			bad := httptest.NewUnstartedServer(http.HandlerFunc(stalled))
-			u := "http://"
-			if target == "h2c" {
-				var protos http.Protocols
-				protos.SetUnencryptedHTTP2(true)
-				bad.Config.Protocols = &protos
-				u = "h2c://"
-			}
-			bad.Start()
-			t.Cleanup(bad.Close)
+			bad := startTarget(t, http.HandlerFunc(stalled), target)
 			good := startOrigin(t, "good", nil)
 			url := front(t, newPool(t, Config{Retries: 1, ReadTimeout: 20 * time.Second,
-				Targets: []Target{tgt(t, u+bad.Listener.Addr().String(), 1), tgt(t, good.URL, 1)}}))
+				Targets: []Target{tgt(t, bad, 1), tgt(t, good.URL, 1)}}))
 			for i := range 2 {
 				start := time.Now()
 				o, code := get(t, http.DefaultClient, mustReq(t, "GET", url+"/", nil))

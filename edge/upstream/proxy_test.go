@@ -11,6 +11,22 @@ import (
 	"time"
 )
 
+// startTarget serves origin on a loopback listener as a target of the given kind,
+// "http" or "h2c" (HTTP/2 without TLS), and returns the target's URL.
+func startTarget(t *testing.T, origin http.Handler, target string) string {
+	o := httptest.NewUnstartedServer(origin)
+	u := "http://"
+	if target == "h2c" {
+		var protos http.Protocols
+		protos.SetUnencryptedHTTP2(true)
+		o.Config.Protocols = &protos
+		u = "h2c://"
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	return u + o.Listener.Addr().String()
+}
+
 // frontOf serves h on a real loopback listener over proto (HTTP/1.1, or HTTP/2 with
 // TLS), as the edge does.
 func frontOf(t *testing.T, h http.Handler, proto string) *httptest.Server {
@@ -34,17 +50,7 @@ func eachLeg(t *testing.T, origin http.HandlerFunc, f func(t *testing.T, front *
 		for _, leg := range []string{"loop", "reverseproxy"} {
 			for _, proto := range []string{"HTTP/1.1", "HTTP/2"} {
 				t.Run(target+"/"+leg+"/"+proto, func(t *testing.T) {
-					o := httptest.NewUnstartedServer(origin)
-					u := "http://"
-					if target == "h2c" {
-						var protos http.Protocols
-						protos.SetUnencryptedHTTP2(true)
-						o.Config.Protocols = &protos
-						u = "h2c://"
-					}
-					o.Start()
-					t.Cleanup(o.Close)
-					p := newPool(t, Config{Targets: []Target{tgt(t, u+o.Listener.Addr().String(), 1)}})
+					p := newPool(t, Config{Targets: []Target{tgt(t, startTarget(t, origin, target), 1)}})
 					t.Cleanup(p.Close)
 					var h http.Handler = p
 					if leg == "reverseproxy" {
